@@ -1,0 +1,283 @@
+"""Execution: turn one batch plus the previous state into state changes and results.
+
+Pure DataFrame plans, no writes (writes belong to ``runtime``). Three strategies:
+
+- time windows and plain tables: records are assigned to windows with SQL array functions,
+  aggregated into partial columns and merged with the stored partials;
+- session windows: a per-key fold (sessions merge in arrival order, closed sessions never
+  merge again) assigns records to sessions; aggregation stays in SQL;
+- sliding windows: recent records are kept; windows a record defines are derived in SQL and
+  aggregated from the records they hold.
+
+A record joins window w only while ``close_time(w) > stream time before the record`` (SPEC 3.1).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+import pandas as pd
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from .aggregations import ARRIVAL
+from .streamtime import NO_TIME
+from .topology import Pipeline
+from .windows import SessionWindows, SlidingWindows, TimeWindows
+
+NEVER = 2 ** 62  # close time of a plain (non-windowed) table's rows: they never close
+
+
+@dataclass
+class Batch:
+    """What one batch works from: its records (with ``_ts``, ``_sb``, ``_ord``) and state."""
+
+    pipeline: Pipeline
+    seq: int
+    records: DataFrame
+    stream_time_before: int | None
+    stream_time: int | None
+    state: DataFrame | None        # window_state as of the last committed batch
+    kept_records: DataFrame | None  # sliding windows: records as of the last committed batch
+    bucket_ms: int
+
+    @property
+    def stb(self) -> int:
+        return NO_TIME if self.stream_time_before is None else self.stream_time_before
+
+    @property
+    def sta(self) -> int:
+        return NO_TIME if self.stream_time is None else self.stream_time
+
+
+@dataclass
+class Outcome:
+    """A batch's effect: state rows to upsert/delete, results, late records, counters."""
+
+    state_changes: DataFrame | None   # window_state rows + ``_gone``; closed/gone rows are deleted
+    new_records: DataFrame | None     # sliding windows: records to keep
+    records_cutoff: int | None        # sliding windows: kept records older than this are dropped
+    results: DataFrame                # keys, window bounds (ms), finished aggregates, ``_gone``
+    late: DataFrame                   # records that landed in no window
+    counted: DataFrame                # per-record frame the counters aggregate over
+    counters: dict[str, Column]       # aggregate expressions over ``counted`` for metrics
+    open_windows: DataFrame | None    # sliding windows: open windows (for the metric)
+
+
+def partials(p: Pipeline) -> list[Column]:
+    return [F.expr(x.partial).alias(x.column) for a in p.aggregates for x in a.partials]
+
+
+def merges(p: Pipeline) -> list[Column]:
+    return [F.expr(x.merge).alias(x.column) for a in p.aggregates for x in a.partials]
+
+
+def finished(p: Pipeline) -> list[Column]:
+    return [F.expr(a.finish).alias(a.name) for a in p.aggregates]
+
+
+def _bucket(b: Batch) -> Column:
+    return F.floor(F.col("_close") / b.bucket_ms).cast("long")
+
+
+def _window_cols(p: Pipeline) -> list[str]:
+    return ["window_start", "window_end"] if p.windows is not None else []
+
+
+def _lateness(b: Batch) -> dict[str, Column]:
+    late_by = F.when(F.col("_sb") > F.col("_ts"), F.col("_sb") - F.col("_ts")).otherwise(0)
+    return {"record_lateness_avg": F.avg(late_by).cast("double"), "record_lateness_max": F.max(late_by).cast("double")}
+
+
+def plan(b: Batch) -> Outcome:
+    """The outcome of batch ``b`` for its pipeline's window type."""
+    w = b.pipeline.windows
+    if isinstance(w, SessionWindows):
+        return _sessions(b, w)
+    if isinstance(w, SlidingWindows):
+        return _sliding(b, w)
+    return _time_windows(b, w)
+
+
+# ---- time windows and plain tables ---------------------------------------------------------
+def _time_windows(b: Batch, w: TimeWindows | None) -> Outcome:
+    p = b.pipeline
+    keys, ident = list(p.keys), list(p.keys) + (["window_start"] if w else [])
+    if w is None:
+        assigned = b.records.withColumn("_n_all", F.lit(1)).withColumn("_n_acc", F.lit(1))
+        exploded = assigned
+        geometry = [F.lit(NEVER).alias("_close")]
+    else:
+        size, adv, grace = w.size_ms, w.advance_ms, w.grace_ms
+        back = (size // adv) * adv
+        every = F.expr(f"filter(sequence(_ts - pmod(_ts, {adv}) - {back}, _ts - pmod(_ts, {adv}), {adv}), "
+                       f"s -> s >= 0 AND s > _ts - {size})")
+        assigned = (b.records.withColumn("_all", every)
+                    .withColumn("_acc", F.expr(f"filter(_all, s -> s + {size + grace} > _sb)"))
+                    .withColumn("_n_all", F.size("_all")).withColumn("_n_acc", F.size("_acc")))
+        exploded = assigned.withColumn("window_start", F.explode("_acc"))
+        geometry = [(F.col("window_start") + size).alias("window_end"),
+                    (F.col("window_start") + size + grace).alias("_close")]
+    batch_partials = (exploded.groupBy(*ident).agg(*partials(p), F.max("_ts").alias("_max_ts"))
+                      .select(*ident, *geometry, *[c for c in _partial_names(p)], "_max_ts")
+                      .withColumn("_bucket", _bucket(b)))
+    merged, closing = _merge_state(b, batch_partials, ident)
+    changes = merged.unionByName(closing).withColumn("_gone", F.lit(False))
+    counters = {"late_record_drop_total": F.sum(F.col("_n_all") - F.col("_n_acc")),
+                "late_records": F.sum(F.when(F.col("_n_acc") == 0, 1).otherwise(0)), **_lateness(b)}
+    return Outcome(changes, None, None, _results(b, changes, merged),
+                   assigned.filter(F.col("_n_acc") == 0), assigned, counters, None)
+
+
+def _partial_names(p: Pipeline) -> list[str]:
+    return [x.column for a in p.aggregates for x in a.partials]
+
+
+def _open_state(b: Batch, like: DataFrame) -> DataFrame:
+    """Stored windows (all open: closed ones are deleted), pruned to the buckets not yet due;
+    an empty frame shaped like ``like`` before the first commit."""
+    if b.state is None:
+        return like.limit(0)
+    low = b.stb // b.bucket_ms if b.stb != NO_TIME else NO_TIME
+    return b.state.filter(F.col("_bucket") >= F.lit(low)).select(*like.columns)
+
+
+def _merge_state(b: Batch, batch_partials: DataFrame, ident: list[str]) -> tuple[DataFrame, DataFrame]:
+    """(touched windows with merged partials, untouched stored windows that close now)."""
+    p = b.pipeline
+    stored = _open_state(b, batch_partials)
+    touched_ids = batch_partials.select(*ident)
+    merged = (stored.join(touched_ids, ident, "left_semi").unionByName(batch_partials)
+              .groupBy(*[c for c in batch_partials.columns if c in ident or c in ("window_end", "_close", "_bucket")])
+              .agg(*merges(p), F.max("_max_ts").alias("_max_ts"))
+              .select(*batch_partials.columns))
+    closing = stored.filter(F.col("_close") <= b.sta).join(touched_ids, ident, "left_anti")
+    return merged, closing
+
+
+def _results(b: Batch, changes: DataFrame, touched: DataFrame) -> DataFrame:
+    """Rows for the sink: closed windows (final results) or every touched window (updates)."""
+    p = b.pipeline
+    cols = [*p.keys, *_window_cols(p), *finished(p), "_gone"]
+    if p.suppressed_final:
+        return changes.filter(~F.col("_gone") & (F.col("_close") <= b.sta)).select(*cols)
+    gone = changes.filter(F.col("_gone")) if "_gone" in changes.columns else None
+    updates = touched.withColumn("_gone", F.lit(False))
+    return (updates.unionByName(gone) if gone is not None else updates).select(*cols)
+
+
+# ---- session windows -----------------------------------------------------------------------
+def _sessions(b: Batch, w: SessionWindows) -> Outcome:
+    p = b.pipeline
+    keys = list(p.keys)
+    close = 1 + w.gap_ms + w.grace_ms
+    shape = (b.records.groupBy(*keys, F.col("_ts").alias("window_start"), F.col("_ts").alias("window_end"))
+             .agg(*partials(p), F.max("_ts").alias("_max_ts"))
+             .withColumn("_close", F.col("window_end") + close).withColumn("_bucket", _bucket(b)))
+    stored = _open_state(b, shape)
+    state_cols = stored.columns
+    touched_keys = b.records.select(*keys).distinct()
+    old = stored.join(touched_keys, keys, "left_semi")
+    members = (old.select(*keys, F.lit(0).alias("_kind"), F.col("window_start").alias("_id"),
+                          F.col("window_start").alias("_a"), F.col("window_end").alias("_b"),
+                          F.lit(None).cast("long").alias("_sb"))
+               .unionByName(b.records.select(*keys, F.lit(1).alias("_kind"), F.col(f"{ARRIVAL}.pos").alias("_id"),
+                                             F.col("_ts").alias("_a"), F.col("_ts").alias("_b"), "_sb")))
+    key_schema = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in b.records.schema.fields if f.name in keys)
+    fold = _session_fold(keys, w.gap_ms, w.grace_ms)
+    assigned = members.groupBy(*keys).applyInPandas(
+        fold, f"{key_schema}, _kind int, _id long, _start long, _end long").localCheckpoint(eager=True)
+
+    recs = b.records.withColumn("_id", F.col(f"{ARRIVAL}.pos"))
+    rec_assign = recs.join(assigned.filter("_kind = 1").drop("_kind"), [*keys, "_id"])
+    rec_partials = rec_assign.groupBy(*keys, "_start", "_end").agg(*partials(p), F.max("_ts").alias("_max_ts"))
+    old_assign = (old.withColumn("_id", F.col("window_start"))
+                  .join(assigned.filter("_kind = 0").drop("_kind"), [*keys, "_id"])
+                  .select(*keys, "_start", "_end", *_partial_names(p), "_max_ts"))
+    merged = (rec_partials.unionByName(old_assign).groupBy(*keys, "_start", "_end")
+              .agg(*merges(p), F.max("_max_ts").alias("_max_ts"))
+              .withColumnRenamed("_start", "window_start").withColumnRenamed("_end", "window_end")
+              .withColumn("_close", F.col("window_end") + close))
+    merged = merged.withColumn("_bucket", _bucket(b)).select(*state_cols)
+    gone = old.join(merged.select(*keys, "window_start"), [*keys, "window_start"], "left_anti")
+    closing = stored.filter(F.col("_close") <= b.sta).join(touched_keys, keys, "left_anti")
+    changes = (merged.withColumn("_gone", F.lit(False))
+               .unionByName(gone.withColumn("_gone", F.lit(True)))
+               .unionByName(closing.withColumn("_gone", F.lit(False))))
+    landed = assigned.filter("_kind = 1").select(*keys, "_id", F.lit(True).alias("_landed"))
+    counted = recs.join(landed, [*keys, "_id"], "left")
+    n_late = F.sum(F.when(F.col("_landed").isNull(), 1).otherwise(0))
+    counters = {"late_record_drop_total": n_late, "late_records": n_late, **_lateness(b)}
+    return Outcome(changes, None, None, _results(b, changes, merged),
+                   counted.filter(F.col("_landed").isNull()), counted, counters, None)
+
+
+def _session_fold(keys: list[str], gap: int, grace: int):
+    """A pandas function: assign one key's open sessions and new records to sessions.
+
+    Records are taken in arrival order. A record joins every *open* session within ``gap``
+    (merging them); a session closed before the record arrived is left as it was emitted. A
+    record with no open neighbour whose own session is already closed is late (left out).
+    """
+    def fold(members: pd.DataFrame) -> pd.DataFrame:
+        active, done = [], []
+        for row in members[members["_kind"] == 0].itertuples(index=False):
+            active.append([row._a, row._b, [(0, row._id)]])
+        for row in members[members["_kind"] == 1].sort_values("_id").itertuples(index=False):
+            ts, sb = row._a, row._sb
+            done += [s for s in active if s[1] + 1 + gap + grace <= sb]
+            active = [s for s in active if s[1] + 1 + gap + grace > sb]
+            hit = [s for s in active if s[0] - gap <= ts <= s[1] + gap]
+            if not hit and ts + 1 + gap + grace <= sb:
+                continue
+            joined = [min([ts] + [s[0] for s in hit]), max([ts] + [s[1] for s in hit]),
+                      [m for s in hit for m in s[2]] + [(1, row._id)]]
+            active = [s for s in active if all(s is not h for h in hit)] + [joined]
+        first = members.iloc[0]
+        rows = [(*[first[k] for k in keys], kind, ident, s[0], s[1])
+                for s in active + done for kind, ident in s[2]]
+        return pd.DataFrame(rows, columns=[*keys, "_kind", "_id", "_start", "_end"])
+    return fold
+
+
+# ---- sliding windows -----------------------------------------------------------------------
+def _sliding(b: Batch, w: SlidingWindows) -> Outcome:
+    p = b.pipeline
+    keys = list(p.keys)
+    size, grace = w.size_ms, w.grace_ms
+    keep = size + 2 + grace  # a record matters until every window it is in or defines has closed
+    new = b.records.withColumn("_new", F.lit(True))
+    kept = None
+    if b.kept_records is not None:
+        kept = (b.kept_records.filter(F.col("_ts") >= F.lit(b.stb - keep))
+                .withColumn("_new", F.lit(False)).select(*new.columns))
+    every = new if kept is None else kept.unionByName(new)
+
+    left_start = F.greatest(F.col("_ts") - size, F.lit(0))
+    lefts = every.select(*keys, left_start.alias("window_start"), (left_start + size).alias("window_end"), "_sb", "_new")
+    rights = every.select(*keys, (F.col("_ts") + 1).alias("window_start"), (F.col("_ts") + 1 + size).alias("window_end"),
+                          "_sb", "_new")
+    windows = (lefts.unionByName(rights).withColumn("_close", F.col("window_end") + 1 + grace)
+               .filter(F.col("_close") > F.col("_sb"))
+               .groupBy(*keys, "window_start", "window_end", "_close").agg(F.max("_new").alias("_defined_new")))
+    if p.suppressed_final:
+        due = windows.filter((F.col("_close") > b.stb) & (F.col("_close") <= b.sta))
+    else:
+        due = windows.filter(F.col("_close") > b.stb)
+    r = every.alias("r")
+    content = due.alias("w").join(
+        r, [F.col(f"w.{k}") == F.col(f"r.{k}") for k in keys]
+        + [F.col("r._ts").between(F.col("w.window_start"), F.col("w.window_end")), F.col("w._close") > F.col("r._sb")])
+    grouped = (content.select("w.*", *[F.col(f"r.{c}") for c in every.columns if c not in keys])
+               .groupBy(*keys, "window_start", "window_end", "_close")
+               .agg(*partials(p), F.max("_new").alias("_has_new"), F.max("_defined_new").alias("_defined_new")))
+    if not p.suppressed_final:
+        grouped = grouped.filter(F.col("_has_new") | F.col("_defined_new"))
+    results = grouped.select(*keys, "window_start", "window_end", *finished(p), F.lit(False).alias("_gone"))
+
+    left_close = left_start + size + 1 + grace
+    counters = {"late_record_drop_total": F.sum(F.when(left_close <= F.col("_sb"), 1).otherwise(0)),
+                "late_records": F.sum(F.when(F.col("_ts") + size + 1 + grace <= F.col("_sb"), 1).otherwise(0)),
+                **_lateness(b)}
+    late = b.records.filter(F.col("_ts") + size + 1 + grace <= F.col("_sb"))
+    open_windows = windows.filter(F.col("_close") > b.sta)
+    return Outcome(None, b.records, b.sta - keep, results, late, b.records, counters, open_windows)
+

@@ -1,0 +1,35 @@
+"""Typed errors. Every message names the pipeline (and batch when there is one),
+what happened, and what to do about it."""
+from __future__ import annotations
+
+
+class FrameworkError(Exception):
+    """Base class of every error this framework raises on purpose."""
+
+
+class DefinitionError(FrameworkError, ValueError):
+    """A pipeline definition is invalid; raised when the pipeline is built, never mid-batch."""
+
+
+class InputError(FrameworkError, ValueError):
+    """A batch's input cannot be processed (missing/retyped column, null key or event time)."""
+
+
+class BatchOrderError(FrameworkError):
+    """A batch was run out of order, or while an earlier attempt of another batch is unfinished."""
+
+
+class FingerprintMismatchError(FrameworkError):
+    """A batch id was re-run with input that differs from what was committed under it."""
+
+
+class ConcurrentBatchError(FrameworkError):
+    """Another runner committed to the same pipeline at the same time; this attempt wrote nothing."""
+
+
+class BufferFullError(FrameworkError):
+    """A strict suppression buffer with shut_down_when_full() exceeded its bound."""
+
+
+class QualityGateError(FrameworkError):
+    """A critical expectation failed; the batch was neither published nor committed."""

@@ -1,0 +1,264 @@
+"""The batch protocol: run one batch of a pipeline exactly once.
+
+1. Read the ledger: a committed batch id is a no-op (same input) or a loud error (other input);
+   ids must increase; a started-but-unfinished batch must be finished first.
+2. Validate the input (one pass), append a *started* ledger row.
+3. Plan the batch from state as of the last committed batch (Delta time travel).
+4. Write, each idempotently (txnAppId = pipeline.table, txnVersion = batch seq): window state,
+   kept records, results, late records, metrics.
+5. Append the *committed* ledger row: the commit point. Readers of ``read_output`` see results
+   as of the last committed batch.
+
+A crash between any two writes leaves the ledger at the previous batch; re-running the batch
+replans from the same state and skips the writes that already landed.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from . import engine, metrics, sinks, state
+from .errors import BatchOrderError, DefinitionError, FingerprintMismatchError, FrameworkError
+from .sources import read_batch
+from .streamtime import arrival_order, with_stream_time
+from .topology import Pipeline
+from .windows import SlidingWindows
+
+log = logging.getLogger("framework.runtime")
+
+WRITE_POINTS = ("ledger_start", "state", "records", "output", "late_records", "metrics", "ledger_commit")
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What ``run_batch`` did."""
+
+    pipeline: str
+    batch_id: str
+    seq: int
+    status: str                      # "committed" | "already committed"
+    emitted: int
+    dropped_late: int
+    stream_time: dt.datetime | None
+    metrics: dict = field(default_factory=dict)
+
+
+def _to_time(ms: int | None) -> dt.datetime | None:
+    return None if ms is None else dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=ms)
+
+
+def _definition(p: Pipeline) -> str:
+    """The parts of a pipeline that state depends on; changing them needs a new pipeline."""
+    w = p.windows.describe() if p.windows is not None else "none"
+    return f"keys={list(p.keys)}; windows={w}; aggregates={[a.describe() for a in p.aggregates]}"
+
+
+class Runtime:
+    """Runs pipelines' batches against Delta tables under ``warehouse``.
+
+    Example::
+
+        rt = Runtime(spark, warehouse="/data/lake")
+        result = rt.run_batch(pipeline, batch_id="2026-01-01T00", input_df=df)
+        rt.read_output(pipeline).show()
+    """
+
+    def __init__(self, spark: SparkSession, warehouse: str, bucket: dt.timedelta = dt.timedelta(hours=1),
+                 before_write: Callable[[str], None] | None = None):
+        self.spark = spark
+        self.warehouse = warehouse
+        self.bucket_ms = bucket // dt.timedelta(milliseconds=1)
+        self._before_write = before_write or (lambda point: None)
+        self.partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+
+    def tables(self, p: Pipeline) -> state.Tables:
+        """Paths of ``p``'s Delta tables."""
+        return state.Tables(f"{self.warehouse.rstrip('/')}/{p.name}", p.sink or "output")
+
+    # ---- reading ---------------------------------------------------------------------------
+    def ledger(self, p: Pipeline) -> DataFrame:
+        """The batch ledger: a 'started' and a 'committed' row per batch."""
+        return state.read(self.spark, self.tables(p).ledger)
+
+    def _last_commit(self, p: Pipeline):
+        path = self.tables(p).ledger
+        if not state.exists(self.spark, path):
+            return None
+        rows = state.read(self.spark, path).filter("status = 'committed'").orderBy(F.desc("seq")).limit(1).collect()
+        return rows[0] if rows else None
+
+    def read_output(self, p: Pipeline) -> DataFrame:
+        """The results table as of the last committed batch."""
+        last = self._last_commit(p)
+        if last is None or last.output_version is None:
+            raise FrameworkError(f"pipeline {p.name!r}: no batch has produced results yet")
+        return state.read(self.spark, self.tables(p).output, last.output_version)
+
+    def read_metrics(self, p: Pipeline) -> DataFrame:
+        """One metrics row per committed batch."""
+        return state.read(self.spark, self.tables(p).metrics)
+
+    def read_late(self, p: Pipeline) -> DataFrame:
+        """Records that landed in no window, with the stream time that made them late."""
+        return state.read(self.spark, self.tables(p).late)
+
+    def describe(self, p: Pipeline) -> str:
+        """The topology as text, with where its tables live."""
+        return p.describe() + f"\n  Warehouse: {self.tables(p).root}"
+
+    # ---- running ---------------------------------------------------------------------------
+    def run_batch(self, pipeline: Pipeline, batch_id: str, input_df: DataFrame,
+                  batch_end: dt.datetime | None = None) -> BatchResult:
+        """Apply one batch of records to ``pipeline``, exactly once.
+
+        ``batch_end`` is the orchestrator's interval end; with ``idle_advance`` set on the
+        pipeline, stream time advances to at least ``batch_end - idle_advance``.
+        """
+        p = pipeline.check_complete()
+        if not isinstance(batch_id, str) or not batch_id.strip() or len(batch_id) > 256:
+            raise FrameworkError(f"pipeline {p.name!r}: batch_id must be a non-empty string (<= 256 chars)")
+        started_at = time.monotonic()
+        t = self.tables(p)
+        state.create(self.spark, t.ledger, state.LEDGER_SCHEMA)
+        rows = state.read(self.spark, t.ledger).collect()
+        committed = {r.batch_id: r for r in rows if r.status == "committed"}
+        last = max(committed.values(), key=lambda r: r.seq, default=None)
+        where = f"pipeline {p.name!r}, batch {batch_id!r}"
+
+        inp = read_batch(p, batch_id, input_df, last.input_schema if last else None)
+        if batch_id in committed:
+            done = committed[batch_id]
+            if done.fingerprint != inp.fingerprint:
+                raise FingerprintMismatchError(
+                    f"{where}: already committed (seq {done.seq}) with different input "
+                    f"(fingerprint {done.fingerprint} != {inp.fingerprint}). Committed batches are immutable; "
+                    "use replay to re-run a historical range.")
+            return self._result_of(p, done, "already committed")
+        if last is not None and batch_id < last.batch_id:
+            raise BatchOrderError(f"{where}: out of order: batch {last.batch_id!r} (seq {last.seq}) is already "
+                                  "committed and batch ids must increase.")
+        seq = last.seq + 1 if last else 1
+        for r in rows:
+            if r.status == "started" and r.seq == seq and (r.batch_id, r.fingerprint) != (batch_id, inp.fingerprint):
+                raise BatchOrderError(
+                    f"{where}: batch {r.batch_id!r} (seq {seq}) was started and not committed; re-run it with "
+                    "its original input first (its partial writes are replayed idempotently).")
+        if last is not None and last.definition != _definition(p):
+            raise DefinitionError(f"{where}: the pipeline definition changed incompatibly since batch "
+                                  f"{last.batch_id!r}: was [{last.definition}], now [{_definition(p)}]. "
+                                  "State cannot be reinterpreted; create a pipeline with a new name.")
+
+        attempt = uuid.uuid4().hex
+        stb = last.stream_time if last else None
+        self._write("ledger_start", lambda: state.append(
+            self._ledger_row(seq, batch_id, "started", attempt, inp, stb, None, {}, p),
+            t.ledger, f"{p.name}.ledger.start", seq))
+        order = arrival_order(inp.frame, "_ts", p.arrival, p.keys)
+        records, sta = with_stream_time(inp.frame, order, "_ts", seq, stb, p.lateness == "record", self.partitions)
+        if p.idle_advance_ms is not None and batch_end is not None:
+            clock = int((batch_end.replace(tzinfo=None) - dt.datetime(1970, 1, 1)).total_seconds() * 1000)
+            sta = max(x for x in (sta, clock - p.idle_advance_ms) if x is not None)
+        batch = engine.Batch(p, seq, records, stb, sta,
+                             self._as_of(t.state, last.state_version if last else None),
+                             self._as_of(t.records, last.records_version if last else None),
+                             self.bucket_ms)
+        outcome = engine.plan(batch)
+        changes = outcome.state_changes.localCheckpoint(eager=True) if outcome.state_changes is not None else None
+        rows_out = sinks.shape(p, outcome.results, batch_id, sta).localCheckpoint(eager=True)
+        counts = outcome.counted.agg(*[v.alias(k) for k, v in outcome.counters.items()]).collect()[0].asDict()
+
+        self._write("state", lambda: self._write_state(p, changes, seq, sta))
+        self._write("records", lambda: self._write_records(p, outcome, seq))
+        self._write("output", lambda: sinks.publish(p, rows_out, t.output, f"{p.name}.output", seq))
+        late = outcome.late.select(*p.keys, F.timestamp_millis("_ts").alias("event_time"),
+                                   F.timestamp_millis("_sb").alias("stream_time_before"),
+                                   F.lit(batch_id).alias("batch_id"), F.lit(seq).cast("long").alias("seq"),
+                                   F.to_json(F.struct(*[F.col(c) for c in input_df.columns])).alias("record"))
+        self._write("late_records", lambda: state.append(late, t.late, f"{p.name}.late", seq))
+
+        emitted = rows_out.filter(~F.col("_gone")).count() if p.suppressed_final else 0
+        open_now = self._count_open(p, outcome, t)
+        closed = changes.filter(F.col("_close") <= F.lit(sta if sta is not None else engine.NO_TIME)).count() \
+            if changes is not None else emitted
+        values = dict(counts, records_in=inp.count, suppression_emit_total=emitted,
+                      windows_open=open_now, windows_closed=closed,
+                      suppression_buffer_count_current=open_now if p.suppressed_final else None,
+                      suppression_buffer_count_max=(open_now + closed) if p.suppressed_final else None,
+                      stream_time=_to_time(sta), batch_duration_ms=int((time.monotonic() - started_at) * 1000))
+        self._write("metrics", lambda: state.append(metrics.frame(self.spark, p.name, batch_id, seq, values),
+                                                    t.metrics, f"{p.name}.metrics", seq))
+        versions = {"state": state.latest_version(self.spark, t.state),
+                    "records": state.latest_version(self.spark, t.records),
+                    "output": state.latest_version(self.spark, t.output)}
+        self._write("ledger_commit", lambda: state.append(
+            self._ledger_row(seq, batch_id, "committed", attempt, inp, stb, sta, versions, p),
+            t.ledger, f"{p.name}.ledger.commit", seq))
+        winner = state.read(self.spark, t.ledger).filter(f"status = 'committed' AND seq = {seq}").collect()[0]
+        status = "committed" if winner.attempt == attempt else "already committed"
+        log.info("%s: %s seq=%d emitted=%d stream_time=%s", where, status, seq, emitted, _to_time(sta))
+        return BatchResult(p.name, batch_id, seq, status, emitted, int(counts.get("late_records") or 0),
+                           _to_time(sta), values)
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def _write(self, point: str, action: Callable[[], None]) -> None:
+        self._before_write(point)
+        action()
+
+    def _as_of(self, path: str, version: int | None) -> DataFrame | None:
+        return None if version is None else state.read(self.spark, path, version)
+
+    def _ledger_row(self, seq, batch_id, status, attempt, inp, stb, sta, versions, p) -> DataFrame:
+        row = (seq, batch_id, status, attempt, inp.fingerprint, inp.count, stb, sta,
+               versions.get("state"), versions.get("records"), versions.get("output"),
+               inp.schema_json, _definition(p), dt.datetime.now(dt.timezone.utc).replace(tzinfo=None))
+        return self.spark.createDataFrame([row], state.LEDGER_SCHEMA)
+
+    def _write_state(self, p: Pipeline, changes: DataFrame | None, seq: int, sta: int | None) -> None:
+        if changes is None:
+            return
+        path = self.tables(p).state
+        columns = [c for c in changes.columns if c != "_gone"]
+        state.create(self.spark, path, changes.select(*columns).schema, partition_by="_bucket")
+        ident = [*p.keys] + (["window_start"] if p.windows is not None else [])
+        on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in ident)
+        due = f"s._close <= {sta if sta is not None else engine.NO_TIME}"
+        values = {f"`{c}`": f"s.`{c}`" for c in columns}
+        with state.idempotent(self.spark, f"{p.name}.state", seq):
+            (DeltaTable.forPath(self.spark, path).alias("t").merge(changes.alias("s"), on)
+             .whenMatchedDelete(f"s._gone OR {due}")
+             .whenMatchedUpdate(set=values)
+             .whenNotMatchedInsert(condition=f"NOT s._gone AND NOT ({due})", values=values)
+             .execute())
+
+    def _write_records(self, p: Pipeline, outcome: engine.Outcome, seq: int) -> None:
+        if outcome.new_records is None:
+            return
+        path = self.tables(p).records
+        new = outcome.new_records.withColumn("_tbucket", F.floor(F.col("_ts") / self.bucket_ms).cast("long"))
+        state.create(self.spark, path, new.schema, partition_by="_tbucket")
+        values = {f"`{c}`": f"s.`{c}`" for c in new.columns}
+        with state.idempotent(self.spark, f"{p.name}.records", seq):
+            (DeltaTable.forPath(self.spark, path).alias("t")
+             .merge(new.alias("s"), "t._ord = s._ord")
+             .whenNotMatchedInsert(values=values)
+             .whenNotMatchedBySourceDelete(f"t._ts < {outcome.records_cutoff}")
+             .execute())
+
+    def _count_open(self, p: Pipeline, outcome: engine.Outcome, t: state.Tables) -> int:
+        if outcome.open_windows is not None:
+            return outcome.open_windows.count()
+        return state.read(self.spark, t.state).count() if state.exists(self.spark, t.state) else 0
+
+    def _result_of(self, p: Pipeline, row, status: str) -> BatchResult:
+        m = self.read_metrics(p).filter(F.col("seq") == row.seq).collect()
+        values = m[0].asDict() if m else {}
+        return BatchResult(p.name, row.batch_id, row.seq, status, int(values.get("suppression_emit_total") or 0),
+                           int(values.get("late_records") or 0), _to_time(row.stream_time), values)

@@ -1,0 +1,54 @@
+"""Results leaving the engine: shaping rows for the sink and writing them once.
+
+Final-results sinks are append-only (one row per key and window, ever); sinks without
+suppression are continuously updated tables, MERGEd on key and window (Kafka's
+emit-on-update at batch granularity).
+"""
+from __future__ import annotations
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from . import state
+from .topology import Pipeline
+
+EMITTED = ["emitted_batch_id", "emitted_stream_time"]
+
+
+def shape(p: Pipeline, results: DataFrame, batch_id: str, stream_time: int | None) -> DataFrame:
+    """Sink rows: keys, window bounds as timestamps, aggregates, stateless steps, emission stamp."""
+    df = results
+    for c in ("window_start", "window_end"):
+        if c in df.columns:
+            df = df.withColumn(c, F.timestamp_millis(F.col(c)))
+    gone = F.col("_gone")
+    df = df.withColumn("_gone", gone)
+    for step in p.steps:
+        if step.op == "filter":
+            df = df.filter(F.expr(step.args[0]))
+        elif step.op == "with_column":
+            df = df.withColumn(step.args[0], F.expr(step.args[1]))
+        else:
+            df = df.select(*step.args, "_gone")
+    stamp = F.timestamp_millis(F.lit(stream_time)) if stream_time is not None else F.lit(None).cast("timestamp")
+    return df.withColumn("emitted_batch_id", F.lit(batch_id)).withColumn("emitted_stream_time", stamp)
+
+
+def publish(p: Pipeline, rows: DataFrame, path: str, app_id: str, seq: int) -> None:
+    """Write a batch's sink rows exactly once (idempotent under re-runs)."""
+    spark = rows.sparkSession
+    if p.suppressed_final:
+        state.append(rows.drop("_gone"), path, app_id, seq)
+        return
+    if not state.exists(spark, path):
+        state.create(spark, path, rows.drop("_gone").schema)
+    ident = [*p.keys] + (["window_start"] if p.windows is not None else [])
+    on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in ident)
+    columns = {f"`{c}`": f"s.`{c}`" for c in rows.columns if c != "_gone"}
+    with state.idempotent(spark, app_id, seq):
+        (DeltaTable.forPath(spark, path).alias("t").merge(rows.alias("s"), on)
+         .whenMatchedDelete("s._gone")
+         .whenMatchedUpdate(set=columns)
+         .whenNotMatchedInsert(condition="NOT s._gone", values=columns)
+         .execute())

@@ -1,0 +1,95 @@
+"""Reading a batch's input: schema checks, event-time parsing, fingerprint.
+
+Everything that can be wrong with input is found here, in one pass, before any state is read
+or written, and reported as an ``InputError`` naming the pipeline, the batch and the column.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from .aggregations import input_columns
+from .errors import InputError
+from .topology import Pipeline
+
+TIME_TYPES = (T.TimestampType, T.TimestampNTZType, T.DateType, T.StringType)
+KEY_TYPES = (T.StringType, T.IntegerType, T.LongType, T.ShortType, T.ByteType, T.BooleanType,
+             T.DateType, T.TimestampType, T.TimestampNTZType, T.DecimalType)
+
+
+@dataclass(frozen=True)
+class BatchInput:
+    """A validated batch: the frame with ``_ts`` (event time, ms) and what identifies it."""
+
+    frame: DataFrame
+    count: int
+    fingerprint: str
+    schema_json: str
+
+
+def _where(p: Pipeline, batch_id: str) -> str:
+    return f"pipeline {p.name!r}, batch {batch_id!r}"
+
+
+def _check_columns(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: str | None) -> None:
+    types = {f.name: f.dataType for f in df.schema.fields}
+    needed = {p.timestamp: "event time", **{k: "group key" for k in p.keys},
+              **{c: "aggregate input" for c in input_columns(p.aggregates)}}
+    if p.arrival:
+        needed[p.arrival] = "arrival order"
+    for column, role in needed.items():
+        if column not in types:
+            raise InputError(f"{_where(p, batch_id)}: input has no column {column!r} ({role}); "
+                             f"columns present: {sorted(types)}. Nothing was committed.")
+    if not isinstance(types[p.timestamp], TIME_TYPES):
+        raise InputError(f"{_where(p, batch_id)}: event time column {p.timestamp!r} has type "
+                         f"{types[p.timestamp].simpleString()}; expected timestamp, date or string.")
+    for k in p.keys:
+        if not isinstance(types[k], KEY_TYPES):
+            raise InputError(f"{_where(p, batch_id)}: group key {k!r} has type {types[k].simpleString()}; "
+                             "keys must be atomic (string, integer, boolean, date, timestamp, decimal).")
+    if previous_schema:
+        before = json.loads(previous_schema)
+        for column in needed:
+            now = types[column].simpleString()
+            if column in before and before[column] != now:
+                raise InputError(f"{_where(p, batch_id)}: column {column!r} was {before[column]} in earlier "
+                                 f"batches and is {now} now (schema drift). Cast it back, or start a new pipeline.")
+
+
+def read_batch(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: str | None) -> BatchInput:
+    """Validate ``df`` for pipeline ``p`` and add ``_ts``; raises InputError on bad input."""
+    _check_columns(p, batch_id, df, previous_schema)
+    raw = F.col(p.timestamp)
+    parsed = F.try_to_timestamp(raw) if isinstance(df.schema[p.timestamp].dataType, T.StringType) else raw.cast("timestamp")
+    frame = df.withColumn("_ts", F.floor(F.unix_micros(parsed) / 1000).cast("long"))
+    columns = sorted(df.columns)
+    row = frame.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.sum(F.when(raw.isNull(), 1).otherwise(0)).alias("null_ts"),
+        F.sum(F.when(raw.isNotNull() & F.col("_ts").isNull(), 1).otherwise(0)).alias("bad_ts"),
+        F.sum(F.when(F.col("_ts") < 0, 1).otherwise(0)).alias("pre_epoch"),
+        F.first(F.when(raw.isNotNull() & F.col("_ts").isNull(), raw.cast("string")), ignorenulls=True).alias("bad_example"),
+        *[F.sum(F.when(F.col(k).isNull(), 1).otherwise(0)).alias(f"null_{i}") for i, k in enumerate(p.keys)],
+        F.sum(F.xxhash64(*[F.col(c) for c in columns]).cast("decimal(38,0)")).alias("h"),
+    ).collect()[0]
+    where = _where(p, batch_id)
+    if row["null_ts"]:
+        raise InputError(f"{where}: {row['null_ts']} record(s) have a null event time in column "
+                         f"{p.timestamp!r}. Fix or filter them upstream; nothing was committed.")
+    if row["bad_ts"]:
+        raise InputError(f"{where}: {row['bad_ts']} record(s) have an unparsable event time in column "
+                         f"{p.timestamp!r} (e.g. {row['bad_example']!r}); nothing was committed.")
+    if row["pre_epoch"]:
+        raise InputError(f"{where}: {row['pre_epoch']} record(s) have an event time before 1970-01-01 in "
+                         f"column {p.timestamp!r}; windows start at the epoch. Nothing was committed.")
+    for i, k in enumerate(p.keys):
+        if row[f"null_{i}"]:
+            raise InputError(f"{where}: {row[f'null_{i}']} record(s) have a null group key {k!r}. "
+                             "Fill or filter them upstream; nothing was committed.")
+    schema_json = json.dumps({f.name: f.dataType.simpleString() for f in df.schema.fields}, sort_keys=True)
+    return BatchInput(frame, row["n"], f"{row['n']}:{row['h'] or 0}", schema_json)

@@ -1,0 +1,64 @@
+"""Stream time and arrival order.
+
+*Stream time before record r* is the largest event time of every record that arrived before r
+(earlier batches, then earlier in this batch). Judging lateness against it, record by record,
+is what makes results independent of how the stream is split into batches (SPEC 3.2).
+
+It is a prefix maximum over arrival order, computed as a parallel scan: range-partition the
+batch by arrival order, take each partition's maximum and size (a handful of numbers brought
+to the driver), prefix them, then run a local running maximum inside each partition.
+"""
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+NO_TIME = -(2 ** 63)  # stream time before the first record: every window is open
+
+
+def arrival_order(df: DataFrame, timestamp_ms: str, arrival: str | None, keys: tuple[str, ...]) -> list[str]:
+    """Columns giving a total, deterministic arrival order inside a batch.
+
+    With an arrival column: that column, then event time and key as tie-breakers. Without one,
+    records are taken in event-time order, ties by key, then by the other (orderable) values.
+    """
+    if arrival:
+        head = [arrival, timestamp_ms, *keys]
+    else:
+        head = [timestamp_ms, *keys]
+    orderable = [f.name for f in df.schema.fields
+                 if f.name not in head and f.dataType.typeName() not in ("array", "map", "struct", "binary")]
+    return head + sorted(orderable)
+
+
+def with_stream_time(df: DataFrame, order: list[str], timestamp_ms: str, seq: int,
+                     stream_time_before: int | None, per_record: bool, partitions: int) -> tuple[DataFrame, int | None]:
+    """Add ``_ord`` (struct of batch seq and position) and ``_sb`` (stream time before the record).
+
+    Returns the checkpointed frame and the stream time after the batch. With
+    ``per_record=False`` (lateness="batch") every record is judged against the stream time
+    before the batch, as Structured Streaming's watermark does.
+    """
+    spark = df.sparkSession
+    prev = NO_TIME if stream_time_before is None else stream_time_before
+    ranged = (df.repartitionByRange(partitions, *order)
+              .withColumn("_part", F.spark_partition_id())
+              .localCheckpoint(eager=True))
+    stats = sorted(ranged.groupBy("_part").agg(F.max(timestamp_ms).alias("m"), F.count(F.lit(1)).alias("n"))
+                   .collect())
+    prefix_rows, running_max, offset = [], prev, 0
+    for part, part_max, count in stats:
+        prefix_rows.append((part, running_max, offset))
+        running_max, offset = max(running_max, part_max), offset + count
+    prefix = spark.createDataFrame(prefix_rows or [(0, prev, 0)], "_part int, _before long, _offset long")
+
+    w = Window.partitionBy("_part").orderBy(*order)
+    local_before = F.max(timestamp_ms).over(w.rowsBetween(Window.unboundedPreceding, -1))
+    sb = F.greatest(F.col("_before"), F.coalesce(local_before, F.lit(NO_TIME))) if per_record else F.lit(prev)
+    out = (ranged.join(F.broadcast(prefix), "_part")
+           .withColumn("_sb", sb.cast("long"))
+           .withColumn("_ord", F.struct(F.lit(seq).cast("long").alias("seq"),
+                                        (F.col("_offset") + F.row_number().over(w) - 1).cast("long").alias("pos")))
+           .drop("_part", "_before", "_offset"))
+    after = None if running_max == NO_TIME else running_max
+    return out.localCheckpoint(eager=True), after

@@ -1,0 +1,189 @@
+"""The declarative pipeline: what to compute, never how (no Spark, no Delta in here).
+
+A ``Pipeline`` is an immutable builder; every step returns a new pipeline and validates its
+arguments at once, so a broken definition fails when it is written, not mid-batch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+
+from .aggregations import Aggregate
+from .errors import DefinitionError
+from .names import identifier
+from .suppress import Suppressed
+from .windows import SessionWindows, SlidingWindows, TimeWindows, Windows, to_millis
+
+LATENESS_MODES = ("record", "batch")
+
+
+@dataclass(frozen=True)
+class Step:
+    """A stateless operator applied to results after suppression: filter, with_column or select."""
+
+    op: str
+    args: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"{self.op}({', '.join(self.args)})"
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A windowed (or plain) grouped aggregation, optionally suppressed, written to a sink.
+
+    Example::
+
+        Pipeline("user_alerts", timestamp="ts", arrival="seq")
+            .group_by("user_id")
+            .windowed_by(TimeWindows.of_size_and_grace(td(hours=1), td(minutes=10)))
+            .aggregate(agg.count("events"))
+            .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+            .filter("events < 3")
+            .to("user_alert_windows")
+    """
+
+    name: str
+    timestamp: str = "ts"
+    arrival: str | None = None
+    lateness: str = "record"
+    idle_advance_ms: int | None = None
+    keys: tuple[str, ...] = ()
+    windows: Windows | None = None
+    aggregates: tuple[Aggregate, ...] = ()
+    suppression: Suppressed | None = None
+    steps: tuple[Step, ...] = ()
+    sink: str | None = None
+    _defined: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    def __init__(self, name: str, timestamp: str = "ts", arrival: str | None = None,
+                 lateness: str = "record", idle_advance: timedelta | int | None = None, **rest):
+        object.__setattr__(self, "name", identifier(name, "pipeline name"))
+        object.__setattr__(self, "timestamp", identifier(timestamp, f"pipeline {name!r}: timestamp column"))
+        object.__setattr__(self, "arrival",
+                           None if arrival is None else identifier(arrival, f"pipeline {name!r}: arrival column"))
+        if lateness not in LATENESS_MODES:
+            raise DefinitionError(f"pipeline {name!r}: lateness must be one of {LATENESS_MODES}, got {lateness!r}")
+        object.__setattr__(self, "lateness", lateness)
+        idle = rest.pop("idle_advance_ms", None)
+        if idle_advance is not None:
+            idle = to_millis(idle_advance, "idle_advance")
+        object.__setattr__(self, "idle_advance_ms", idle)
+        defaults = {"keys": (), "windows": None, "aggregates": (), "suppression": None,
+                    "steps": (), "sink": None, "_defined": ()}
+        for k, v in defaults.items():
+            object.__setattr__(self, k, rest.pop(k, v))
+        if rest:
+            raise TypeError(f"unexpected Pipeline arguments: {sorted(rest)}")
+
+    def _next(self, step: str, **changes) -> "Pipeline":
+        if self.sink is not None:
+            raise DefinitionError(f"pipeline {self.name!r}: nothing may follow .to({self.sink!r})")
+        return replace(self, _defined=self._defined + (step,), **changes)
+
+    def _need(self, step: str, *before: str) -> None:
+        missing = [b for b in before if b not in self._defined]
+        if missing:
+            raise DefinitionError(f"pipeline {self.name!r}: .{step}() needs .{missing[0]}() first")
+
+    def group_by(self, *keys: str) -> "Pipeline":
+        """Group records by one or more key columns (never null: a null key is an input error)."""
+        if "group_by" in self._defined:
+            raise DefinitionError(f"pipeline {self.name!r}: group_by() given twice")
+        if not keys:
+            raise DefinitionError(f"pipeline {self.name!r}: group_by() needs at least one key column")
+        keys = tuple(identifier(k, f"pipeline {self.name!r}: group_by key") for k in keys)
+        return self._next("group_by", keys=keys)
+
+    def windowed_by(self, windows: Windows) -> "Pipeline":
+        """Aggregate per key and window (TimeWindows, SlidingWindows or SessionWindows)."""
+        self._need("windowed_by", "group_by")
+        if not isinstance(windows, (TimeWindows, SlidingWindows, SessionWindows)):
+            raise DefinitionError(f"pipeline {self.name!r}: windowed_by() takes TimeWindows, "
+                                  f"SlidingWindows or SessionWindows, got {windows!r}")
+        return self._next("windowed_by", windows=windows)
+
+    def aggregate(self, *aggregates: Aggregate) -> "Pipeline":
+        """The aggregates computed per key (and window); see ``framework.agg``."""
+        self._need("aggregate", "group_by")
+        if not aggregates or not all(isinstance(a, Aggregate) for a in aggregates):
+            raise DefinitionError(f"pipeline {self.name!r}: aggregate() takes one or more agg.* values")
+        names = [a.name for a in aggregates] + list(self.keys)
+        reserved = {"window_start", "window_end", "emitted_batch_id", "emitted_stream_time"}
+        clash = {n for n in names if names.count(n) > 1} | (set(names) & reserved)
+        if clash:
+            raise DefinitionError(f"pipeline {self.name!r}: output column names clash: {sorted(clash)}")
+        return self._next("aggregate", aggregates=tuple(aggregates))
+
+    def suppress(self, suppressed: Suppressed) -> "Pipeline":
+        """Hold results back (KIP-328): ``until_window_closes`` for final results only."""
+        self._need("suppress", "aggregate")
+        if not isinstance(suppressed, Suppressed):
+            raise DefinitionError(f"pipeline {self.name!r}: suppress() takes a Suppressed value")
+        if suppressed.mode == "until_window_closes" and self.windows is None:
+            raise DefinitionError(f"pipeline {self.name!r}: until_window_closes needs a windowed "
+                                  "aggregation (add .windowed_by(...)); use until_time_limit to rate-limit a plain table")
+        if suppressed.mode == "until_time_limit":
+            raise DefinitionError(f"pipeline {self.name!r}: until_time_limit is not supported by this "
+                                  "version; use until_window_closes or no suppression")
+        return self._next("suppress", suppression=suppressed)
+
+    def filter(self, condition: str) -> "Pipeline":
+        """Keep result rows matching a Spark SQL condition (parsed by Spark, never concatenated)."""
+        return self._step("filter", condition)
+
+    def with_column(self, name: str, expression: str) -> "Pipeline":
+        """Add or replace a result column computed by a Spark SQL expression."""
+        return self._step("with_column", identifier(name, f"pipeline {self.name!r}: with_column name"), expression)
+
+    def select(self, *columns: str) -> "Pipeline":
+        """Keep only these result columns (emitted_batch_id and emitted_stream_time are always kept)."""
+        return self._step("select", *(identifier(c, f"pipeline {self.name!r}: select column") for c in columns))
+
+    def _step(self, op: str, *args: str) -> "Pipeline":
+        self._need(op, "aggregate")
+        if not args or not all(isinstance(a, str) and a.strip() for a in args):
+            raise DefinitionError(f"pipeline {self.name!r}: {op}() needs non-empty string arguments")
+        if self.suppression is None:
+            raise DefinitionError(f"pipeline {self.name!r}: {op}() may only follow suppress(): "
+                                  "without suppression the sink is a continuously updated table")
+        return replace(self, steps=self.steps + (Step(op, args),))
+
+    def to(self, table: str) -> "Pipeline":
+        """Write results to the Delta table ``table`` under the pipeline's warehouse folder."""
+        self._need("to", "aggregate")
+        return self._next("to", sink=identifier(table, f"pipeline {self.name!r}: output table name"))
+
+    # ---- derived facts used by the runtime -------------------------------------------------
+    @property
+    def suppressed_final(self) -> bool:
+        """True when the sink receives final results only (one row per key and window)."""
+        return self.suppression is not None and self.suppression.mode == "until_window_closes"
+
+    def check_complete(self) -> "Pipeline":
+        """Raise unless the pipeline is ready to run (has group_by, aggregate and to)."""
+        self._need("run", "group_by", "aggregate", "to")
+        return self
+
+    def describe(self) -> str:
+        """The topology as text, like Kafka Streams' ``Topology.describe()``."""
+        store = f"{self.name}.window_state" if self.windows is not None else f"{self.name}.table_state"
+        lines = [f"Topology: {self.name}",
+                 f"  Source: input (timestamp={self.timestamp}, arrival={self.arrival or '<event time>'}, "
+                 f"lateness={self.lateness})",
+                 f"  --> GroupBy {list(self.keys)}"]
+        if self.windows is not None:
+            lines.append(f"  --> WindowedBy {self.windows.describe()}")
+        aggs = ", ".join(a.describe() for a in self.aggregates)
+        lines.append(f"  --> Aggregate [{aggs}]  (store: {store})")
+        if isinstance(self.windows, SlidingWindows):
+            lines.append(f"      (records store: {self.name}.records)")
+        if self.suppression is not None:
+            label = self.suppression.name or "<unnamed>"
+            lines.append(f"  --> Suppress {label}: {self.suppression.describe()}  (buffer: {store})")
+        for s in self.steps:
+            lines.append(f"  --> {s.describe()}")
+        mode = "append, final results" if self.suppressed_final else "merge, emit on update"
+        lines.append(f"  --> Sink {self.sink} ({mode})")
+        lines.append(f"  State: {self.name}._ledger, {self.name}.metrics, {self.name}.late_records")
+        return "\n".join(lines)

@@ -1,0 +1,113 @@
+"""Window definitions (pure values, no Spark): what a window is and when it closes.
+
+All times are integer milliseconds since the epoch, as in Kafka Streams. A window is *closed*
+once stream time >= its close time; from then on it never changes again (SPEC section 2).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import timedelta
+
+from .errors import DefinitionError
+
+
+def to_millis(d: timedelta | int, what: str) -> int:
+    """A duration as whole milliseconds; ints are taken as milliseconds already."""
+    if isinstance(d, timedelta):
+        ms = d // timedelta(milliseconds=1)
+    elif isinstance(d, int) and not isinstance(d, bool):
+        ms = d
+    else:
+        raise DefinitionError(f"'{what}' must be a timedelta or milliseconds (int), got {d!r}")
+    if ms < 0:
+        raise DefinitionError(f"'{what}' must not be negative, got {d!r}")
+    return ms
+
+
+@dataclass(frozen=True)
+class TimeWindows:
+    """Tumbling (advance == size) or hopping windows, epoch-aligned, ``[start, start + size)``.
+
+    A record at ``ts`` belongs to every window with ``start <= ts < start + size``; a window
+    closes at ``end + grace``. Cost: one state row per key and open window.
+    """
+
+    size_ms: int
+    grace_ms: int
+    advance_ms: int
+
+    @staticmethod
+    def of_size_and_grace(size: timedelta | int, grace: timedelta | int) -> "TimeWindows":
+        """Tumbling windows of ``size``, accepting records up to ``grace`` after the window end."""
+        size_ms = to_millis(size, "size")
+        if size_ms <= 0:
+            raise DefinitionError("TimeWindows 'size' must be positive")
+        return TimeWindows(size_ms, to_millis(grace, "grace"), size_ms)
+
+    def advance_by(self, advance: timedelta | int) -> "TimeWindows":
+        """Hopping windows: a new window starts every ``advance`` (0 < advance <= size)."""
+        advance_ms = to_millis(advance, "advance")
+        if not 0 < advance_ms <= self.size_ms:
+            raise DefinitionError(
+                f"TimeWindows 'advance' must be in (0, size={self.size_ms} ms], got {advance_ms} ms")
+        return replace(self, advance_ms=advance_ms)
+
+    kind = "time"
+
+    def close_offset_ms(self) -> int:
+        """Close time minus window start."""
+        return self.size_ms + self.grace_ms
+
+    def describe(self) -> str:
+        shape = "tumbling" if self.advance_ms == self.size_ms else f"hopping advance={self.advance_ms}ms"
+        return f"TimeWindows({shape}, size={self.size_ms}ms, grace={self.grace_ms}ms)"
+
+
+@dataclass(frozen=True)
+class SlidingWindows:
+    """KIP-450 sliding windows: ``[t - size, t]`` both ends inclusive, one window per distinct
+    set of records. A record defines a left window ending at it and, when later records fall
+    within ``size`` of it, a right window starting 1 ms after it. Closes at ``end + 1 ms + grace``.
+    Cost: the records of the last ``size + grace`` are kept to build windows they define.
+    """
+
+    size_ms: int
+    grace_ms: int
+
+    @staticmethod
+    def of_time_difference_and_grace(size: timedelta | int, grace: timedelta | int) -> "SlidingWindows":
+        """Windows over records at most ``size`` apart, accepting records ``grace`` late."""
+        size_ms = to_millis(size, "time difference")
+        if size_ms <= 0:
+            raise DefinitionError("SlidingWindows 'time difference' must be positive")
+        return SlidingWindows(size_ms, to_millis(grace, "grace"))
+
+    kind = "sliding"
+
+    def describe(self) -> str:
+        return f"SlidingWindows(size={self.size_ms}ms, grace={self.grace_ms}ms)"
+
+
+@dataclass(frozen=True)
+class SessionWindows:
+    """KIP-94 session windows: records within ``gap`` of each other form one session, bounds
+    are the first and last event time (inclusive). A session closes at
+    ``end + 1 ms + gap + grace``: until then a later record may still extend it.
+    Every aggregate used with sessions must be mergeable (all built-in ones are).
+    """
+
+    gap_ms: int
+    grace_ms: int
+
+    @staticmethod
+    def of_inactivity_gap_and_grace(gap: timedelta | int, grace: timedelta | int) -> "SessionWindows":
+        """Sessions split by ``gap`` of inactivity, accepting records ``grace`` late."""
+        return SessionWindows(to_millis(gap, "gap"), to_millis(grace, "grace"))
+
+    kind = "session"
+
+    def describe(self) -> str:
+        return f"SessionWindows(gap={self.gap_ms}ms, grace={self.grace_ms}ms)"
+
+
+Windows = TimeWindows | SlidingWindows | SessionWindows
