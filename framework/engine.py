@@ -219,17 +219,18 @@ def _session_fold(keys: list[str], gap: int, grace: int):
     """
     def fold(members: pd.DataFrame) -> pd.DataFrame:
         active, done = [], []
-        for row in members[members["_kind"] == 0].itertuples(index=False):
-            active.append([row._a, row._b, [(0, row._id)]])
-        for row in members[members["_kind"] == 1].sort_values("_id").itertuples(index=False):
-            ts, sb = row._a, row._sb
+        olds = members[members["_kind"] == 0]
+        for start, end, ident in zip(olds["_a"], olds["_b"], olds["_id"]):
+            active.append([int(start), int(end), [(0, int(ident))]])
+        recs = members[members["_kind"] == 1].sort_values("_id")
+        for ts, sb, ident in zip(recs["_a"].astype("int64"), recs["_sb"].astype("int64"), recs["_id"]):
             done += [s for s in active if s[1] + 1 + gap + grace <= sb]
             active = [s for s in active if s[1] + 1 + gap + grace > sb]
             hit = [s for s in active if s[0] - gap <= ts <= s[1] + gap]
             if not hit and ts + 1 + gap + grace <= sb:
                 continue
             joined = [min([ts] + [s[0] for s in hit]), max([ts] + [s[1] for s in hit]),
-                      [m for s in hit for m in s[2]] + [(1, row._id)]]
+                      [m for s in hit for m in s[2]] + [(1, int(ident))]]
             active = [s for s in active if all(s is not h for h in hit)] + [joined]
         first = members.iloc[0]
         rows = [(*[first[k] for k in keys], kind, ident, s[0], s[1])

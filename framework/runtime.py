@@ -172,39 +172,44 @@ class Runtime:
                              self.bucket_ms)
         outcome = engine.plan(batch)
         changes = outcome.state_changes.localCheckpoint(eager=True) if outcome.state_changes is not None else None
-        rows_out = sinks.shape(p, outcome.results, batch_id, sta).localCheckpoint(eager=True)
+        results = outcome.results.localCheckpoint(eager=True)
+        rows_out = sinks.shape(p, results, batch_id, sta).localCheckpoint(eager=True)
         counts = outcome.counted.agg(*[v.alias(k) for k, v in outcome.counters.items()]).collect()[0].asDict()
+        n_results, n_rows = results.count(), rows_out.count()
 
         self._write("state", lambda: self._write_state(p, changes, seq, sta))
         self._write("records", lambda: self._write_records(p, outcome, seq))
-        self._write("output", lambda: sinks.publish(p, rows_out, t.output, f"{p.name}.output", seq))
-        late = outcome.late.select(*p.keys, F.timestamp_millis("_ts").alias("event_time"),
-                                   F.timestamp_millis("_sb").alias("stream_time_before"),
-                                   F.lit(batch_id).alias("batch_id"), F.lit(seq).cast("long").alias("seq"),
-                                   F.to_json(F.struct(*[F.col(c) for c in input_df.columns])).alias("record"))
-        self._write("late_records", lambda: state.append(late, t.late, f"{p.name}.late", seq))
+        if n_rows:
+            self._write("output", lambda: sinks.publish(p, rows_out, t.output, f"{p.name}.output", seq))
+        if counts.get("late_records"):
+            late = outcome.late.select(*p.keys, F.timestamp_millis("_ts").alias("event_time"),
+                                       F.timestamp_millis("_sb").alias("stream_time_before"),
+                                       F.lit(batch_id).alias("batch_id"), F.lit(seq).cast("long").alias("seq"),
+                                       F.to_json(F.struct(*[F.col(c) for c in input_df.columns])).alias("record"))
+            self._write("late_records", lambda: state.append(late, t.late, f"{p.name}.late", seq))
 
-        emitted = rows_out.filter(~F.col("_gone")).count() if p.suppressed_final else 0
+        due = F.col("_close") <= F.lit(engine.NO_TIME if sta is None else sta)
+        closed = changes.filter(due & ~F.col("_gone")).count() if changes is not None else n_results
         open_now = self._count_open(p, outcome, t)
-        closed = changes.filter(F.col("_close") <= F.lit(sta if sta is not None else engine.NO_TIME)).count() \
-            if changes is not None else emitted
-        values = dict(counts, records_in=inp.count, suppression_emit_total=emitted,
+        final = p.suppressed_final
+        values = dict(counts, records_in=inp.count, suppression_emit_total=closed if final else 0,
                       windows_open=open_now, windows_closed=closed,
-                      suppression_buffer_count_current=open_now if p.suppressed_final else None,
-                      suppression_buffer_count_max=(open_now + closed) if p.suppressed_final else None,
+                      suppression_buffer_count_current=open_now if final else None,
+                      suppression_buffer_count_max=(open_now + closed) if final else None,
                       stream_time=_to_time(sta), batch_duration_ms=int((time.monotonic() - started_at) * 1000))
         self._write("metrics", lambda: state.append(metrics.frame(self.spark, p.name, batch_id, seq, values),
                                                     t.metrics, f"{p.name}.metrics", seq))
         versions = {"state": state.latest_version(self.spark, t.state),
                     "records": state.latest_version(self.spark, t.records),
-                    "output": state.latest_version(self.spark, t.output)}
+                    "output": state.latest_version(self.spark, t.output) if n_rows or last is None
+                    else last.output_version}
         self._write("ledger_commit", lambda: state.append(
             self._ledger_row(seq, batch_id, "committed", attempt, inp, stb, sta, versions, p),
             t.ledger, f"{p.name}.ledger.commit", seq))
         winner = state.read(self.spark, t.ledger).filter(f"status = 'committed' AND seq = {seq}").collect()[0]
         status = "committed" if winner.attempt == attempt else "already committed"
-        log.info("%s: %s seq=%d emitted=%d stream_time=%s", where, status, seq, emitted, _to_time(sta))
-        return BatchResult(p.name, batch_id, seq, status, emitted, int(counts.get("late_records") or 0),
+        log.info("%s: %s seq=%d emitted=%d stream_time=%s", where, status, seq, n_rows, _to_time(sta))
+        return BatchResult(p.name, batch_id, seq, status, n_rows, int(counts.get("late_records") or 0),
                            _to_time(sta), values)
 
     # ---- helpers ---------------------------------------------------------------------------

@@ -1,0 +1,19 @@
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from framework import spark_session
+    session = spark_session("tests", master="local[2]")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def warehouse(tmp_path):
+    return str(tmp_path / "lake")

@@ -1,0 +1,60 @@
+"""Test helpers: streams as Python lists in, final results as Python dicts out."""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from pyspark.sql import functions as F
+
+from framework import Runtime, agg
+
+AGGREGATES = (agg.count("n"), agg.sum("v", "total"), agg.min("v", "lo"), agg.max("v", "hi"),
+              agg.latest("v", "last"), agg.earliest("v", "first"), agg.collect_list("v", "vs"))
+
+
+def frame(spark, batch, first_seq=0):
+    """A batch ``[(key, ts_ms, value), ...]`` (arrival order) as an input DataFrame."""
+    rows = [(first_seq + i, k, ts, v) for i, (k, ts, v) in enumerate(batch)]
+    df = spark.createDataFrame(rows, "seq long, k string, ts_ms long, v long")
+    return df.withColumn("ts", F.timestamp_millis("ts_ms")).drop("ts_ms")
+
+
+def run_stream(rt: Runtime, pipeline, batches, ids=None):
+    """Run ``batches`` in order; batch ids sort in order (b0000, b0001, ...)."""
+    out, seq = [], 0
+    for i, batch in enumerate(batches):
+        out.append(rt.run_batch(pipeline, (ids or _ids(len(batches)))[i], frame(rt.spark, batch, seq)))
+        seq += len(batch)
+    return out
+
+
+def _ids(n):
+    return [f"b{i:04d}" for i in range(n)]
+
+
+def results(rt: Runtime, pipeline):
+    """The final table as sorted dicts with window bounds and emission time in ms."""
+    df = rt.read_output(pipeline)
+    cols = [c for c in df.columns if c not in ("window_start", "window_end", "emitted_stream_time")]
+    df = df.select(*cols, *[F.unix_millis(c).alias(c) for c in ("window_start", "window_end", "emitted_stream_time")
+                            if c in df.columns])
+    return sorted((r.asDict() for r in df.collect()), key=lambda r: (r["k"], r.get("window_start", 0)))
+
+
+def expected(model_rows, batch_ids=None):
+    """The reference model's output in the shape of ``results`` (AGGREGATES computed in Python)."""
+    out = []
+    for r in model_rows:
+        vs = r["values"]
+        present = [v for v in vs if v is not None]
+        ids = batch_ids or _ids(r["batch"] + 1)
+        out.append({"k": r["key"], "window_start": r["start"], "window_end": r["end"], "n": len(vs),
+                    "total": sum(present) if present else None, "lo": min(present, default=None),
+                    "hi": max(present, default=None), "last": vs[-1], "first": vs[0], "vs": vs,
+                    "emitted_batch_id": ids[r["batch"]], "emitted_stream_time": r["stream_time"]})
+    return sorted(out, key=lambda r: (r["k"], r["window_start"]))
+
+
+def in_parallel(jobs):
+    """Run independent callables at once (separate pipelines, separate Spark sessions)."""
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        return [f.result() for f in [pool.submit(j) for j in jobs]]
