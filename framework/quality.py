@@ -1,0 +1,361 @@
+"""Data quality with Great Expectations: suites from files, validation, write-audit-publish.
+
+A pipeline's suite is the default template for results tables
+(``expectations/final_results.template.json``, filled in for the pipeline's keys and windows)
+plus the pipeline's own file ``expectations/<pipeline>.json``, if any: a GX suite whose
+expectations each say ``"meta": {"severity": "critical" | "warning"}`` (default critical).
+
+``gate`` audits a batch's rows before they are published: a failed critical expectation raises
+``QualityGateError`` and the batch writes nothing; warnings are only recorded. Every run given a
+warehouse appends its results to the Delta table ``<warehouse>/quality_results`` and updates GX
+Data Docs under ``<warehouse>/data_docs/`` (GX's own project files live in ``<warehouse>/gx/``).
+
+GX is imported here only: importing it takes seconds, and DAG files must stay light.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import great_expectations as gx
+from great_expectations.checkpoint import UpdateDataDocsAction
+from great_expectations.core.run_identifier import RunIdentifier
+from great_expectations.data_context.types.base import ProgressBarsConfig
+from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from .errors import DefinitionError, QualityGateError
+from .topology import Pipeline
+from .windows import SessionWindows, SlidingWindows
+
+log = logging.getLogger("framework.quality")
+
+DEFAULT_DIR = Path(__file__).resolve().parent.parent / "expectations"
+TEMPLATE = DEFAULT_DIR / "final_results.template.json"
+SEVERITIES = ("critical", "warning")
+EXAMPLES = 3
+SITE = "warehouse"
+RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": EXAMPLES,
+                 "include_unexpected_rows": True}
+RESULTS_SCHEMA = ("suite string, pipeline string, batch_id string, expectation string, severity string, "
+                  "success boolean, observed string, examples string, validated_at timestamp")
+ORIGIN = "_origin"   # gate only: whether a validated row is staged or already published
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of one expectation."""
+
+    expectation: str          # type and arguments, e.g. expect_column_values_to_not_be_null(column=user_id)
+    severity: str             # "critical" | "warning"
+    success: bool
+    observed: str             # e.g. "2 of 40 rows unexpected", an observed value, or the error
+    examples: tuple[dict, ...]  # a few offending rows
+
+    def describe(self) -> str:
+        rows = "; ".join(json.dumps(r, default=str) for r in self.examples)
+        return f"{self.expectation}: {self.observed}" + (f", e.g. {rows}" if rows else "")
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a validation found; ``success`` is False iff a critical expectation failed."""
+
+    suite: str
+    batch_id: str | None
+    checks: tuple[Check, ...]
+    validated_at: dt.datetime
+    docs: str | None = None   # URL of the Data Docs page of this validation
+
+    @property
+    def success(self) -> bool:
+        return not self.failed_critical
+
+    @property
+    def failed_critical(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if not c.success and c.severity == "critical")
+
+    @property
+    def failed_warnings(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if not c.success and c.severity == "warning")
+
+    def summary(self) -> str:
+        failed = [c for c in self.checks if not c.success]
+        head = (f"suite {self.suite!r}, batch {self.batch_id!r}: {len(self.checks) - len(failed)} of "
+                f"{len(self.checks)} expectations passed")
+        return "\n".join([head] + [f"  [{c.severity}] {c.describe()}" for c in failed])
+
+
+# ---- suites ------------------------------------------------------------------------------
+def _identity(p: Pipeline) -> list[str]:
+    return [*p.keys] + (["window_start", "window_end"] if p.windows is not None else [])
+
+
+def _output_columns(p: Pipeline) -> set[str]:
+    """Columns of the pipeline's results table, after its stateless steps."""
+    columns = _identity(p) + [a.name for a in p.aggregates]
+    for step in p.steps:
+        if step.op == "with_column":
+            columns.append(step.args[0])
+        elif step.op == "select":
+            columns = list(step.args)
+    extra = ["close_time"] if p.suppressed_final and "window_end" in columns else []
+    return set(columns + extra + ["emitted_batch_id", "emitted_stream_time"])
+
+
+def _fill(value, facts: dict):
+    """Replace the template's placeholders; a list placeholder inside a list is spliced in."""
+    if isinstance(value, list):
+        out = []
+        for item in value:
+            filled = _fill(item, facts)
+            out.extend(filled) if isinstance(item, str) and isinstance(facts.get(item), list) else out.append(filled)
+        return out
+    if isinstance(value, dict):
+        return {k: _fill(v, facts) for k, v in value.items()}
+    if isinstance(value, str) and value.startswith("$"):
+        if value not in facts:
+            raise DefinitionError(f"{TEMPLATE}: unknown placeholder {value!r}")
+        return facts[value]
+    return value
+
+
+def _columns_of(kwargs: dict) -> list[str]:
+    named = [kwargs.get(k) for k in ("column", "column_A", "column_B")]
+    return [c for c in named if c] + list(kwargs.get("column_list") or [])
+
+
+def _template(p: Pipeline) -> list[dict]:
+    """The default expectations, filled in for ``p`` and kept to the columns its table has."""
+    facts = {"$identity": _identity(p),
+             "$counts": [a.name for a in p.aggregates if a.function == "count"],
+             "$end_may_equal_start": isinstance(p.windows, (SlidingWindows, SessionWindows))}
+    have = _output_columns(p)
+    out = []
+    for e in json.loads(TEMPLATE.read_text())["expectations"]:
+        meta = dict(e.get("meta") or {})
+        if meta.pop("applies_to", None) == "final_results" and not p.suppressed_final:
+            continue
+        columns = _fill(meta.pop("for_each", [None]), facts)
+        for column in columns:
+            filled = dict(_fill(e, dict(facts, **{"$column": column})), meta=dict(meta, source="template"))
+            if set(_columns_of(filled["kwargs"])) <= have:
+                out.append(filled)
+    return out
+
+
+def _expectation(entry: dict, source: Path):
+    meta = dict(entry.get("meta") or {})
+    severity = meta.setdefault("severity", "critical")
+    if severity not in SEVERITIES:
+        raise DefinitionError(f"{source}: expectation {entry.get('type')!r} has severity {severity!r}; "
+                              f"use one of {SEVERITIES} in its meta")
+    try:
+        return ExpectationConfiguration(type=entry["type"], kwargs=entry.get("kwargs", {}), meta=meta,
+                                        notes=entry.get("notes"), severity=severity).to_domain_obj()
+    except Exception as e:  # GX raises several types for a bad type name or kwargs
+        raise DefinitionError(f"{source}: invalid expectation {entry.get('type')!r}: {e}") from e
+
+
+def load_suite(pipeline: Pipeline, directory: str | Path | None = None) -> gx.ExpectationSuite:
+    """The pipeline's suite: the default template plus ``<directory>/<pipeline>.json`` if present.
+
+    ``directory`` defaults to ``$FINALRESULTS_EXPECTATIONS`` or the repository's ``expectations/``.
+    Files are read on every call, so an edited suite applies to the next batch.
+    """
+    directory = Path(directory or os.environ.get("FINALRESULTS_EXPECTATIONS") or DEFAULT_DIR)
+    expectations = [_expectation(e, TEMPLATE) for e in _template(pipeline)]
+    own = directory / f"{pipeline.name}.json"
+    if own.is_file():
+        try:
+            entries = json.loads(own.read_text())["expectations"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise DefinitionError(f"{own}: not a suite file with an 'expectations' list ({e})") from e
+        expectations += [_expectation(dict(e, meta=dict(e.get("meta") or {}, source=own.name)), own)
+                         for e in entries]
+    return gx.ExpectationSuite(name=pipeline.name, expectations=expectations)
+
+
+# ---- validation --------------------------------------------------------------------------
+def _close_after_end_ms(p: Pipeline) -> int:
+    """Close time minus window_end as the sink reports it (SPEC section 2)."""
+    w = p.windows
+    if isinstance(w, SessionWindows):
+        return 1 + w.gap_ms + w.grace_ms
+    if isinstance(w, SlidingWindows):
+        return 1 + w.grace_ms
+    return w.grace_ms
+
+
+def _with_close_time(p: Pipeline, df: DataFrame) -> DataFrame:
+    if not p.suppressed_final or "window_end" not in df.columns:
+        return df
+    return df.withColumn("close_time",
+                         F.timestamp_millis(F.unix_millis("window_end") + F.lit(_close_after_end_ms(p))))
+
+
+@functools.cache
+def _context(root: str | None):
+    """One GX context per warehouse and process (creating one takes seconds).
+
+    With a warehouse: a file context in ``<root>/gx`` whose Data Docs site is ``<root>/data_docs``.
+    Without: an ephemeral context that keeps nothing.
+    """
+    logging.getLogger("great_expectations").setLevel(logging.ERROR)
+    if root is None:
+        context = gx.get_context(mode="ephemeral")
+    else:
+        context = gx.get_context(mode="file", project_root_dir=root)
+        site = {"class_name": "SiteBuilder", "show_how_to_buttons": False,
+                "store_backend": {"class_name": "TupleFilesystemStoreBackend",
+                                  "base_directory": os.path.join(root, "data_docs", "")},
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder",
+                                       "validation_results_limit": 500}}
+        sites = context.get_config().data_docs_sites or {}
+        if "local_site" in sites:   # GX's default site, under gx/uncommitted: one site is enough
+            context.delete_data_docs_site("local_site")
+        if sites.get(SITE) != site:
+            (context.update_data_docs_site if SITE in sites else context.add_data_docs_site)(SITE, site)
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    return context
+
+
+def _checkpoint(context, suite: gx.ExpectationSuite, docs: bool):
+    """A checkpoint validating a whole Spark DataFrame against ``suite``, saved in ``context``."""
+    source = context.data_sources.all().get("spark") or context.data_sources.add_spark("spark")
+    try:
+        asset = source.get_asset(suite.name)
+    except LookupError:
+        asset = source.add_dataframe_asset(suite.name)
+    try:
+        batches = asset.get_batch_definition("whole")
+    except KeyError:
+        batches = asset.add_batch_definition_whole_dataframe("whole")
+    suite = context.suites.add_or_update(suite)
+    definition = context.validation_definitions.add_or_update(
+        gx.ValidationDefinition(name=suite.name, data=batches, suite=suite))
+    actions = [UpdateDataDocsAction(name="data_docs", site_names=[SITE])] if docs else []
+    return context.checkpoints.add_or_update(gx.Checkpoint(
+        name=suite.name, validation_definitions=[definition], actions=actions, result_format=RESULT_FORMAT))
+
+
+def _number(value):
+    """GX stores bounds as floats; show ``10`` as it was written, not ``10.0``."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _plain(value):
+    return value.isoformat(sep=" ") if isinstance(value, (dt.datetime, dt.date)) else value
+
+
+def _error(info: dict) -> str | None:
+    """GX reports an error as one exception info, or as one per metric that failed to compute."""
+    infos = [info] if "raised_exception" in info else list(info.values())
+    messages = {i.get("exception_message") for i in infos if isinstance(i, dict) and i.get("raised_exception")}
+    return "; ".join(sorted(m for m in messages if m)) or None
+
+
+def _check(r) -> Check:
+    config, result = r.expectation_config, r.result or {}
+    arguments = {k: v for k, v in config.kwargs.items() if k not in ("batch_id", "result_format") and v is not None}
+    label = f"{config.type}({', '.join(f'{k}={_number(v)}' for k, v in arguments.items())})"
+    error = _error(r.exception_info or {})
+    if error:
+        observed = f"error: {error}"
+    elif "observed_value" in result:
+        observed = f"observed {result['observed_value']}"
+    else:
+        observed = f"{result.get('unexpected_count', 0)} of {result.get('element_count', 0)} rows unexpected"
+    rows = result.get("unexpected_rows") or [{"value": v} for v in result.get("partial_unexpected_list") or []]
+    examples = tuple({k: _plain(v) for k, v in dict(row).items()} for row in rows[:EXAMPLES])
+    return Check(label, (config.meta or {}).get("severity", "critical"), bool(r.success), observed, examples)
+
+
+def _persist(spark: SparkSession, pipeline: Pipeline, report: Report, root: str) -> None:
+    """Append one row per expectation to ``<root>/quality_results`` (a plain Delta append)."""
+    rows = [(report.suite, pipeline.name, report.batch_id, c.expectation, c.severity, c.success, c.observed,
+             json.dumps(list(c.examples), default=str), report.validated_at) for c in report.checks]
+    (spark.createDataFrame(rows, RESULTS_SCHEMA).write.format("delta").mode("append")
+     .save(os.path.join(root, "quality_results")))
+
+
+def _run(spark: SparkSession, p: Pipeline, df: DataFrame, batch_id: str | None,
+         warehouse_root: str | None, expectations_dir: str | Path | None) -> Report:
+    suite = load_suite(p, expectations_dir)
+    root = os.path.abspath(warehouse_root) if warehouse_root else None
+    context = _context(root)
+    checkpoint = _checkpoint(context, suite, docs=root is not None)
+    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    frame = _with_close_time(p, df).persist()   # GX runs a few jobs over it
+    try:
+        run = checkpoint.run(batch_parameters={"dataframe": frame},
+                             run_id=RunIdentifier(run_name=batch_id or "table", run_time=now))
+    finally:
+        frame.unpersist()
+    [(identifier, result)] = run.run_results.items()
+    docs = None
+    if root is not None:
+        urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=SITE)
+        docs = urls[0]["site_url"] if urls else None
+    report = Report(suite.name, batch_id, tuple(_check(r) for r in result.results), now, docs)
+    if root is not None:
+        _persist(spark, p, report, root)
+    log.info("%s", report.summary())
+    return report
+
+
+def validate(spark: SparkSession, pipeline: Pipeline, df: DataFrame, batch_id: str | None = None, *,
+             warehouse_root: str | None = None, expectations_dir: str | Path | None = None) -> Report:
+    """Validate ``df`` (shaped like the pipeline's results table) against the pipeline's suite.
+
+    With ``warehouse_root`` the results are also appended to ``<warehouse_root>/quality_results``
+    and rendered to Data Docs; without, nothing is kept.
+    """
+    return _run(spark, pipeline.check_complete(), df, batch_id, warehouse_root, expectations_dir)
+
+
+def validate_table(spark: SparkSession, pipeline: Pipeline, df: DataFrame, *,
+                   warehouse_root: str | None = None, expectations_dir: str | Path | None = None) -> Report:
+    """Validate a whole results table on demand (``python -m framework validate``).
+
+    Every row is checked, so duplicates anywhere in the table are found; cost is a few scans of it.
+    """
+    return validate(spark, pipeline, df, None, warehouse_root=warehouse_root, expectations_dir=expectations_dir)
+
+
+def gate(spark: SparkSession, pipeline: Pipeline, staged_rows: DataFrame, published_table_df: DataFrame | None,
+         batch_id: str, warehouse_root: str, *, expectations_dir: str | Path | None = None) -> Report:
+    """Write-audit-publish: audit a batch's rows before they are appended to the results table.
+
+    For a final-results table the validated rows are the staged rows plus the published rows that
+    share a key and window with them, so a window emitted by an earlier batch and again now fails
+    uniqueness; since the gate kept the published table unique, this finds every duplicate the
+    append would create while reading only the published rows it could collide with. Other tables
+    are updated by MERGE, where a repeated key is an update: only the staged rows are validated.
+
+    Raises ``QualityGateError`` listing each failed critical expectation with offending rows;
+    failed warnings are only recorded. A batch with no rows has nothing to audit.
+    """
+    p = pipeline.check_complete()
+    if staged_rows.isEmpty():
+        return Report(p.name, batch_id, (), dt.datetime.now(dt.timezone.utc).replace(tzinfo=None))
+    frame = staged_rows.withColumn(ORIGIN, F.lit("staged"))
+    if p.suppressed_final and published_table_df is not None:
+        identity = [c for c in _identity(p) if c in staged_rows.columns]
+        earlier = published_table_df.join(staged_rows.select(*identity).distinct(), identity, "left_semi")
+        frame = frame.unionByName(earlier.withColumn(ORIGIN, F.lit("published")), allowMissingColumns=True)
+    report = _run(spark, p, frame, batch_id, warehouse_root, expectations_dir)
+    if not report.success:
+        failed = "\n".join(f"  - {c.describe()}" for c in report.failed_critical)
+        raise QualityGateError(
+            f"pipeline {p.name!r}, batch {batch_id!r}: {len(report.failed_critical)} critical expectation(s) "
+            f"failed; nothing was published or committed:\n{failed}\n"
+            f"Fix the input or the suite (expectations/{p.name}.json), then re-run the batch. "
+            f"Results: {os.path.join(warehouse_root, 'quality_results')}; Data Docs: {report.docs}")
+    return report
