@@ -1,0 +1,166 @@
+"""A pipeline as a batch job: one data interval of a landing table -> one ``run_batch``.
+
+A job module (``jobs/<name>.py``) declares ``PIPELINE``, the ``LANDING`` table it reads and its
+``SCHEDULE``; this module does the rest, the same way for ``spark-submit jobs/<name>.py``, for
+``python -m framework run`` and for the Airflow DAGs. A batch is the set of landing records whose
+``ingest_time`` falls in ``[batch_start, batch_end)``; its id is the ISO form of ``batch_start``,
+so ids increase with time and re-running an interval is the idempotent no-op of SPEC 4.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from .errors import FrameworkError
+from .topology import Pipeline
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from .runtime import BatchResult
+
+INGEST_TIME = "ingest_time"
+
+
+class JobError(FrameworkError):
+    """A job cannot start: unknown module, missing landing table, bad interval."""
+
+
+def load_job(spec: str) -> ModuleType:
+    """The job module named by ``spec``: a dotted name (``jobs.user_alerts``) or a file path.
+
+    A dotted name that is not importable is also looked up as a file under the current folder,
+    so ``finalresults run jobs.user_alerts`` works from the repository root.
+    """
+    path = Path(spec)
+    if not spec.endswith(".py"):
+        try:
+            return _checked(importlib.import_module(spec), spec)
+        except ModuleNotFoundError as e:
+            if e.name is None or not spec.startswith(e.name):
+                raise
+            path = Path(*spec.split(".")).with_suffix(".py")
+            if not path.is_file():
+                raise JobError(f"job {spec!r} not found: not importable and no file {path}; "
+                               "pass the job file (jobs/<name>.py) or add its folder to PYTHONPATH") from None
+    if not path.is_file():
+        raise JobError(f"job file {spec!r} not found")
+    module_spec = importlib.util.spec_from_file_location(f"finalresults_job_{path.stem}", path.resolve())
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_spec.name] = module
+    module_spec.loader.exec_module(module)
+    return _checked(module, spec)
+
+
+def _checked(module: ModuleType, spec: str) -> ModuleType:
+    if not isinstance(getattr(module, "PIPELINE", None), Pipeline):
+        raise JobError(f"job {spec!r} has no PIPELINE (a framework.Pipeline)")
+    if not isinstance(getattr(module, "LANDING", None), str):
+        raise JobError(f"job {spec!r} has no LANDING (the name of the landing table it reads)")
+    return module
+
+
+def parse_time(text: str, what: str) -> dt.datetime:
+    """An ISO timestamp as naive UTC (Airflow renders aware ones; naive ones are taken as UTC)."""
+    try:
+        value = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise JobError(f"{what} {text!r} is not an ISO timestamp (e.g. 2026-01-01T00:00:00+00:00)") from None
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return value
+
+
+def batch_id(start: dt.datetime) -> str:
+    """The id of the batch of the interval starting at ``start``: its ISO form, which sorts by time."""
+    return start.isoformat(timespec="seconds")
+
+
+def read_landing(spark: SparkSession, landing: str, table: str,
+                 start: dt.datetime, end: dt.datetime) -> DataFrame:
+    """The landing records that arrived in ``[start, end)`` (``ingest_time``, naive UTC bounds)."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    path = os.path.join(landing, table)
+    if not DeltaTable.isDeltaTable(spark, path):
+        raise JobError(f"landing table {table!r} not found at {path}; "
+                       "fill it first, e.g. python jobs/sample_data.py --from ... --to ...")
+    utc = dt.timezone.utc
+    arrived = F.col(INGEST_TIME)
+    return (spark.read.format("delta").load(path)
+            .filter((arrived >= F.lit(start.replace(tzinfo=utc))) & (arrived < F.lit(end.replace(tzinfo=utc)))))
+
+
+def check_interval(pipeline: Pipeline, start: dt.datetime, end: dt.datetime) -> None:
+    """Refuse an empty or reversed interval (before any Spark work starts)."""
+    if not start < end:
+        raise JobError(f"pipeline {pipeline.name!r}: batch start {start} must be before batch end {end}")
+
+
+def run_interval(spark: SparkSession, pipeline: Pipeline, table: str, start: dt.datetime, end: dt.datetime,
+                 warehouse: str, landing: str) -> BatchResult:
+    """Run the batch of ``pipeline`` for the data interval ``[start, end)`` of landing ``table``."""
+    from .runtime import Runtime
+
+    check_interval(pipeline, start, end)
+    records = read_landing(spark, landing, table, start, end)
+    return Runtime(spark, warehouse).run_batch(pipeline, batch_id(start), records, batch_end=end)
+
+
+def summary(result: BatchResult) -> str:
+    """One line a person (or an Airflow log) reads to know what a batch did."""
+    return (f"{result.pipeline} batch {result.batch_id}: {result.status} (seq {result.seq}), "
+            f"records in {result.metrics.get('records_in')}, emitted {result.emitted}, "
+            f"late {result.dropped_late}, stream time {result.stream_time}")
+
+
+def submitted_master() -> str | None:
+    """The master spark-submit was given, when this process was started by spark-submit.
+
+    ``spark_session()`` sets a master explicitly (``$SPARK_MASTER`` or ``local[*]``), which would
+    override spark-submit's ``--master`` (and so the Airflow connection's master).
+    """
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    return SparkConf().get("spark.master", None)
+
+
+def _arguments(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=(
+        "Run one batch of this pipeline: the landing records that arrived in [--batch-start, --batch-end)."))
+    parser.add_argument("--batch-start", required=True, help="interval start, ISO timestamp (data_interval_start)")
+    parser.add_argument("--batch-end", required=True, help="interval end, ISO timestamp, exclusive")
+    parser.add_argument("--warehouse", required=True, help="folder of the pipelines' Delta tables")
+    parser.add_argument("--landing", required=True, help="folder of the landing Delta tables")
+    return parser
+
+
+def main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> int:
+    """Entry point of ``spark-submit jobs/<name>.py``: run one batch; 0 on success, 1 on error."""
+    args = _arguments(f"spark-submit {Path(sys.argv[0]).name}").parse_args(sys.argv[1:] if argv is None else argv)
+    from .session import spark_session
+
+    spark = None
+    try:
+        start, end = parse_time(args.batch_start, "--batch-start"), parse_time(args.batch_end, "--batch-end")
+        check_interval(pipeline, start, end)
+        spark = spark_session(f"finalresults-{pipeline.name}", master=submitted_master())
+        print(summary(run_interval(spark, pipeline, table, start, end, args.warehouse, args.landing)))
+        return 0
+    except FrameworkError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if spark is not None:
+            spark.stop()
