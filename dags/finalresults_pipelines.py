@@ -1,0 +1,22 @@
+"""The example pipelines of jobs/ as Airflow DAGs, one factory call each.
+
+Paths come from the environment, with defaults under the repository's ``var/`` folder:
+FINALRESULTS_WAREHOUSE (pipeline tables), FINALRESULTS_LANDING (input tables), FINALRESULTS_JOBS
+(job modules) and FINALRESULTS_START (first data interval, ISO, UTC if naive).
+"""
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+from framework.airflow import pipeline_dag
+
+REPO = Path(__file__).resolve().parents[1]
+WAREHOUSE = os.environ.get("FINALRESULTS_WAREHOUSE", str(REPO / "var" / "warehouse"))
+LANDING = os.environ.get("FINALRESULTS_LANDING", str(REPO / "var" / "landing"))
+JOBS = Path(os.environ.get("FINALRESULTS_JOBS", REPO / "jobs"))
+START = datetime.fromisoformat(os.environ.get("FINALRESULTS_START", "2026-01-01T00:00:00"))
+START = START if START.tzinfo else START.replace(tzinfo=timezone.utc)
+
+user_alerts = pipeline_dag(str(JOBS / "user_alerts.py"), "0 * * * *", START, warehouse=WAREHOUSE, landing=LANDING)
+page_sessions = pipeline_dag(str(JOBS / "page_sessions.py"), None, START, warehouse=WAREHOUSE, landing=LANDING)
+sliding_metric = pipeline_dag(str(JOBS / "sliding_metric.py"), None, START, warehouse=WAREHOUSE, landing=LANDING)
