@@ -1,0 +1,169 @@
+"""``python -m framework`` / ``finalresults``: run, backfill, inspect and check pipelines.
+
+Every command takes a job (``jobs/user_alerts.py`` or ``jobs.user_alerts``) whose module declares
+``PIPELINE``, ``LANDING`` and ``SCHEDULE``. Paths default to $FINALRESULTS_WAREHOUSE and
+$FINALRESULTS_LANDING, else ``var/warehouse`` and ``var/landing``. A failure prints one line
+``finalresults: error: ...`` and exits 1 (2 for bad arguments).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import re
+import sys
+from types import ModuleType
+
+from .batchjob import JobError, batch_id, check_interval, load_job, parse_time, run_interval, summary
+from .errors import FrameworkError
+
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+def parse_duration(text: str) -> dt.timedelta:
+    """``1h``, ``30m``, ``1h30m``, ``1d`` as a timedelta."""
+    match = _DURATION.fullmatch(text.strip())
+    if not text.strip() or not match:
+        raise JobError(f"--every {text!r} is not a duration like 1h, 30m, 1h30m or 1d")
+    d, h, m, s = (int(x or 0) for x in match.groups())
+    every = dt.timedelta(days=d, hours=h, minutes=m, seconds=s)
+    if every <= dt.timedelta(0):
+        raise JobError("--every must be positive")
+    return every
+
+
+def _schedule(job: ModuleType, every: str | None) -> dt.timedelta:
+    if every:
+        return parse_duration(every)
+    schedule = getattr(job, "SCHEDULE", None)
+    if not isinstance(schedule, dt.timedelta):
+        raise JobError(f"pipeline {job.PIPELINE.name!r}: the job declares no timedelta SCHEDULE; pass --every")
+    return schedule
+
+
+def _spark(args: argparse.Namespace, what: str):
+    from .session import spark_session
+
+    return spark_session(f"finalresults-{what}", master=args.master)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    job = load_job(args.job)
+    start = parse_time(args.batch_start, "--batch-start")
+    end = parse_time(args.batch_end, "--batch-end") if args.batch_end else start + _schedule(job, None)
+    check_interval(job.PIPELINE, start, end)
+    print(summary(run_interval(_spark(args, job.PIPELINE.name), job.PIPELINE, job.LANDING, start, end,
+                               args.warehouse, args.landing)))
+    return 0
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    job = load_job(args.job)
+    start, stop = parse_time(args.start, "--from"), parse_time(args.stop, "--to")
+    every = _schedule(job, args.every)
+    if not start < stop or (stop - start) % every:
+        raise JobError(f"--to must be --from plus a whole number of {every} intervals "
+                       "(batches must line up with the DAG's data intervals)")
+    spark = _spark(args, job.PIPELINE.name)
+    while start < stop:
+        try:
+            result = run_interval(spark, job.PIPELINE, job.LANDING, start, start + every,
+                                  args.warehouse, args.landing)
+        except FrameworkError as e:
+            raise type(e)(f"{e} (backfill stopped at batch {batch_id(start)}; earlier batches are committed "
+                          "and are skipped when the backfill is run again)") from e
+        print(summary(result))
+        start += every
+    return 0
+
+
+def _pipeline_roots(args: argparse.Namespace) -> list[tuple[str, str]]:
+    if args.jobs:
+        return [(p.name, os.path.join(args.warehouse, p.name)) for p in (load_job(j).PIPELINE for j in args.jobs)]
+    if not os.path.isdir(args.warehouse):
+        raise JobError(f"warehouse {args.warehouse!r} does not exist")
+    return [(name, os.path.join(args.warehouse, name)) for name in sorted(os.listdir(args.warehouse))
+            if os.path.isdir(os.path.join(args.warehouse, name, "_ledger"))]
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from .status import pipeline_status
+
+    roots = _pipeline_roots(args)
+    if not roots:
+        print(f"no pipelines under {args.warehouse}")
+        return 0
+    spark = _spark(args, "status")
+    print("\n\n".join(pipeline_status(spark, name, root) for name, root in roots))
+    return 0
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    from .status import table_paths
+
+    pipeline = load_job(args.job).PIPELINE
+    print(pipeline.describe())
+    print("  Tables:")
+    for label, path in table_paths(pipeline, args.warehouse):
+        print(f"    {label:<13} {path}")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from .invariants import validate
+
+    pipeline = load_job(args.job).PIPELINE
+    report = validate(_spark(args, f"{pipeline.name}-validate"), pipeline, args.warehouse)
+    print(report.text())
+    report.raise_for_failures()
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line (one sub-parser per command, each with --help)."""
+    warehouse = os.environ.get("FINALRESULTS_WAREHOUSE", "var/warehouse")
+    landing = os.environ.get("FINALRESULTS_LANDING", "var/landing")
+    root = argparse.ArgumentParser(prog="finalresults",
+                                   description="Run, backfill, inspect and check final-results pipelines.")
+    commands = root.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, handler, text: str, job: bool = True, spark: bool = True, data: bool = False):
+        p = commands.add_parser(name, help=text, description=text)
+        if job:
+            p.add_argument("job", help="job module: jobs/<name>.py or jobs.<name>")
+        p.add_argument("--warehouse", default=warehouse, help=f"pipelines' Delta tables (default: {warehouse})")
+        if data:
+            p.add_argument("--landing", default=landing, help=f"landing Delta tables (default: {landing})")
+        if spark:
+            p.add_argument("--master", help="Spark master (default: $SPARK_MASTER or local[*])")
+        p.set_defaults(handler=handler)
+        return p
+
+    run = command("run", cmd_run, "Run one batch: the records that arrived in [--batch-start, --batch-end).",
+                  data=True)
+    run.add_argument("--batch-start", required=True, help="interval start, ISO timestamp (UTC if naive)")
+    run.add_argument("--batch-end", help="interval end, exclusive (default: start + the job's SCHEDULE)")
+    backfill = command("backfill", cmd_backfill, "Run consecutive intervals in order, from --from to --to.",
+                       data=True)
+    backfill.add_argument("--from", dest="start", required=True, help="first interval start, ISO timestamp")
+    backfill.add_argument("--to", dest="stop", required=True, help="last interval end, ISO timestamp")
+    backfill.add_argument("--every", help="interval length, e.g. 1h or 15m (default: the job's SCHEDULE)")
+    status = command("status", cmd_status, "Per pipeline: last batch, stream time, open windows, metrics.",
+                     job=False)
+    status.add_argument("jobs", nargs="*", metavar="job", help="job modules (default: every pipeline in the warehouse)")
+    command("describe", cmd_describe, "Print the topology and where its tables live.", spark=False)
+    command("validate", cmd_validate, "Check the final-results table's invariants (SPEC 7).")
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args = parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except FrameworkError as e:
+        print(f"finalresults: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("finalresults: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,66 @@
+"""What an operator asks first: where is this pipeline, and is it healthy?
+
+Read from the ledger (the commit point) and the metrics table, by path, so ``status`` works for
+any pipeline folder in a warehouse without its job module.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING
+
+from .state import Tables
+from .topology import Pipeline
+from .windows import SlidingWindows
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def table_paths(p: Pipeline, warehouse: str) -> list[tuple[str, str]]:
+    """(label, path) of each Delta table of ``p`` under ``warehouse``, as the runtime lays them out."""
+    t = Tables(f"{warehouse.rstrip('/')}/{p.name}", p.sink or "output")
+    paths = [("results", t.output), ("ledger", t.ledger), ("window state", t.state)]
+    if isinstance(p.windows, SlidingWindows):
+        paths.append(("records", t.records))
+    return paths + [("late records", t.late), ("metrics", t.metrics)]
+
+
+def _time(ms: int | None) -> str:
+    return "none yet" if ms is None else str(dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=ms))
+
+
+def pipeline_status(spark: SparkSession, name: str, root: str) -> str:
+    """A few lines on pipeline ``name`` stored at ``root``: last batch, stream time, open windows."""
+    from pyspark.sql import functions as F
+
+    from . import state
+
+    t = Tables(root, "output")
+    if not state.exists(spark, t.ledger):
+        return f"{name}  ({root})\n  no batch has run yet"
+    ledger = state.read(spark, t.ledger)
+    last = ledger.filter("status = 'committed'").orderBy(F.desc("seq")).limit(1).collect()
+    seq = last[0].seq if last else 0
+    pending = ledger.filter(F.col("seq") > seq).orderBy("seq").limit(1).collect()
+    lines = [f"{name}  ({root})"]
+    if last:
+        b = last[0]
+        lines += [f"  last batch     {b.batch_id} (seq {b.seq}), committed at {b.at:%Y-%m-%d %H:%M:%S} UTC",
+                  f"  stream time    {_time(b.stream_time)}"]
+        metrics = state.read(spark, t.metrics)
+        m = metrics.filter(F.col("seq") == seq).collect()
+        totals = metrics.agg(F.sum("records_in"), F.sum("suppression_emit_total"), F.sum("late_records")).collect()[0]
+        if m:
+            m = m[0]
+            lines += [f"  open windows   {m.windows_open}",
+                      f"  last batch     records in {m.records_in}, emitted {m.suppression_emit_total}, "
+                      f"late {m.late_records}, dropped updates {m.late_record_drop_total}, "
+                      f"{m.batch_duration_ms} ms",
+                      f"  all batches    records in {totals[0]}, emitted {totals[1]}, late {totals[2]}"]
+    else:
+        lines.append("  no batch committed yet")
+    if pending:
+        p = pending[0]
+        lines.append(f"  UNFINISHED     batch {p.batch_id} (seq {p.seq}) started at {p.at:%Y-%m-%d %H:%M:%S} UTC "
+                     "and did not commit: re-run it with the same input")
+    return "\n".join(lines)
