@@ -1,0 +1,22 @@
+# Two entry points for a newcomer: `make demo` and `make test` (both install first).
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PYTEST_ARGS ?= -q --durations=15
+
+.PHONY: install test demo clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	# Resolve Delta's jars from Maven Central once (cached in ~/.ivy2).
+	$(PY) -c "from framework import spark_session; spark_session('install').stop()"
+	touch $@
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf var .pytest_cache .hypothesis

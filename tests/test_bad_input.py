@@ -1,0 +1,68 @@
+"""Bad input: a clear error naming pipeline, batch and column, and nothing committed."""
+import datetime as dt
+
+import pytest
+from pyspark.sql import functions as F
+
+from framework import (BufferConfig, DefinitionError, InputError, Pipeline, Runtime, Suppressed,
+                       TimeWindows, agg)
+from harness import frame
+
+
+def pipeline(name):
+    return (Pipeline(name, timestamp="ts", arrival="seq").group_by("k")
+            .windowed_by(TimeWindows.of_size_and_grace(10, 2)).aggregate(agg.count("n"), agg.sum("v", "total"))
+            .suppress(Suppressed.until_window_closes(BufferConfig.unbounded())).to("out"))
+
+
+def assert_nothing_committed(rt, p):
+    assert rt.ledger(p).count() == 0
+
+
+@pytest.mark.parametrize("case,make,pattern", [
+    ("null_time", lambda s: frame(s, [("A", 1, 1)]).withColumn("ts", F.lit(None).cast("timestamp")),
+     r"'null_time'.*'b0'.*null event time in column 'ts'"),
+    ("bad_time", lambda s: frame(s, [("A", 1, 1)]).withColumn("ts", F.lit("not a time")),
+     r"'bad_time'.*'b0'.*unparsable event time in column 'ts'.*not a time"),
+    ("null_key", lambda s: frame(s, [("A", 1, 1)]).withColumn("k", F.lit(None).cast("string")),
+     r"'null_key'.*'b0'.*null group key 'k'"),
+    ("missing", lambda s: frame(s, [("A", 1, 1)]).drop("v"), r"'missing'.*'b0'.*no column 'v'"),
+    ("pre_epoch", lambda s: frame(s, [("A", -5000, 1)]), r"'pre_epoch'.*'b0'.*before 1970"),
+], ids=lambda x: x if isinstance(x, str) else "")
+def test_bad_records_are_refused_before_anything_is_written(spark, warehouse, case, make, pattern):
+    rt, p = Runtime(spark, warehouse), pipeline(case)
+    with pytest.raises(InputError, match=pattern):
+        rt.run_batch(p, "b0", make(spark))
+    assert_nothing_committed(rt, p)
+
+
+def test_string_event_times_are_parsed(spark, warehouse):
+    rt, p = Runtime(spark, warehouse), pipeline("strings")
+    df = frame(spark, [("A", 1, 1)]).withColumn("ts", F.lit("2026-01-01 00:00:00"))
+    assert rt.run_batch(p, "b0", df).stream_time == dt.datetime(2026, 1, 1)
+
+
+def test_retyped_column_is_schema_drift(spark, warehouse):
+    rt, p = Runtime(spark, warehouse), pipeline("drift")
+    rt.run_batch(p, "b0", frame(spark, [("A", 1, 1)]))
+    retyped = frame(spark, [("A", 2, 1)], 1).withColumn("v", F.col("v").cast("double"))
+    with pytest.raises(InputError, match=r"'drift'.*'b1'.*column 'v' was bigint.*double now"):
+        rt.run_batch(p, "b1", retyped)
+    assert rt.ledger(p).filter("batch_id = 'b1'").count() == 0
+
+
+@pytest.mark.parametrize("build,pattern", [
+    (lambda: Pipeline("bad name!"), r"pipeline name must match"),
+    (lambda: Pipeline("p").group_by("k; DROP TABLE x"), r"group_by key must match"),
+    (lambda: Pipeline("p").group_by("k").aggregate(), r"aggregate\(\) takes one or more"),
+    (lambda: Pipeline("p").group_by("k").windowed_by(TimeWindows.of_size_and_grace(10, 1))
+     .aggregate(agg.count()).suppress(Suppressed.until_window_closes(BufferConfig.max_records(5))),
+     r"needs a strict buffer.*shut_down_when_full"),
+    (lambda: Pipeline("p").group_by("k").aggregate(agg.count())
+     .suppress(Suppressed.until_window_closes(BufferConfig.unbounded())), r"needs a windowed aggregation"),
+    (lambda: TimeWindows.of_size_and_grace(10, 1).advance_by(20), r"'advance' must be in"),
+    (lambda: Pipeline("p").group_by("k").aggregate(agg.count("k")), r"clash"),
+])
+def test_invalid_definitions_are_refused_when_written(build, pattern):
+    with pytest.raises(DefinitionError, match=pattern):
+        build()

@@ -1,0 +1,136 @@
+"""Exactly-once (SPEC 4): ordered batches, idempotent re-runs, and a crash at every write
+boundary followed by a re-run leaving exactly the tables of a clean run."""
+from datetime import timedelta as td
+
+import pytest
+from pyspark.sql import functions as F
+
+from framework import (BatchOrderError, BufferConfig, DefinitionError, FingerprintMismatchError, Pipeline,
+                       Runtime, SlidingWindows, Suppressed, TimeWindows, agg)
+from framework.runtime import WRITE_POINTS
+from harness import AGGREGATES, frame, in_parallel, results
+
+BATCHES = [[("A", 1, 1), ("B", 2, 2), ("A", 12, 3)],
+           [("A", 25, 4), ("A", 3, 5), ("B", 14, 6), ("B", 31, 7)],   # ts 3 is late: a late record
+           [("A", 70, 8)]]
+IDS = ["b0", "b1", "b2"]
+
+
+class Crash(Exception):
+    pass
+
+
+def pipeline(name, windows=None):
+    return (Pipeline(name, timestamp="ts", arrival="seq").group_by("k")
+            .windowed_by(windows or TimeWindows.of_size_and_grace(10, 2))
+            .aggregate(*AGGREGATES).suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+            .to("out"))
+
+
+def run(rt, p, index, batch=None):
+    seq = sum(len(b) for b in BATCHES[:index])
+    return rt.run_batch(p, IDS[index], frame(rt.spark, batch or BATCHES[index], seq))
+
+
+def snapshot(rt, p):
+    """Every table of the pipeline, minus what legitimately differs between runs."""
+    t = rt.tables(p)
+    spark = rt.spark
+
+    def rows(path, drop=()):
+        df = spark.read.format("delta").load(path)
+        return sorted(map(str, df.drop(*drop).collect()))
+    out = {"output": rows(t.output), "late": rows(t.late),
+           "metrics": rows(t.metrics, ["batch_duration_ms"]),
+           "ledger": rows(t.ledger, ["attempt", "at", "state_version", "records_version", "output_version"])}
+    for name, path in (("state", t.state), ("records", t.records)):
+        if spark._jvm is not None and __import__("framework.state", fromlist=["x"]).exists(spark, path):
+            out[name] = rows(path)
+    return out
+
+
+@pytest.mark.parametrize("windows", [TimeWindows.of_size_and_grace(10, 2),
+                                     SlidingWindows.of_time_difference_and_grace(10, 2)],
+                         ids=["tumbling", "sliding"])
+def test_crash_at_every_write_boundary_then_rerun_equals_a_clean_run(spark, warehouse, windows):
+    def clean():
+        rt, p = Runtime(spark.newSession(), warehouse), pipeline("clean", windows)
+        for i in range(3):
+            run(rt, p, i)
+        return snapshot(rt, p)
+
+    def crash_at(point):
+        def fail(at):
+            if at == point:
+                raise Crash(point)
+        p = pipeline(f"crash_{point}", windows)
+        session = spark.newSession()
+        run(Runtime(session, warehouse), p, 0)
+        with pytest.raises(Crash):
+            run(Runtime(session, warehouse, before_write=fail), p, 1)
+        rt = Runtime(session, warehouse)
+        assert run(rt, p, 1).status == "committed"
+        run(rt, p, 2)
+        return point, snapshot(rt, p)
+
+    outcomes = in_parallel([clean] + [lambda pt=pt: crash_at(pt) for pt in WRITE_POINTS])
+    reference, crashed = outcomes[0], dict(outcomes[1:])
+    assert reference["output"] and reference["late"]          # every write point was exercised
+    for point, tables in crashed.items():
+        assert tables == reference, f"crash before {point!r} write"
+
+
+def test_rerun_of_a_committed_batch_is_a_reported_noop(spark, warehouse):
+    rt, p = Runtime(spark, warehouse), pipeline("rerun")
+    run(rt, p, 0)
+    run(rt, p, 1)
+    before = results(rt, p)
+    again = run(rt, p, 1)
+    assert again.status == "already committed" and again.seq == 2
+    assert results(rt, p) == before
+    assert rt.ledger(p).filter("status = 'committed'").count() == 2
+
+
+def test_batches_must_run_in_order(spark, warehouse):
+    rt, p = Runtime(spark, warehouse), pipeline("order")
+    run(rt, p, 1)
+    with pytest.raises(BatchOrderError, match=r"'order'.*'b0'.*out of order.*'b1'"):
+        run(rt, p, 0)
+
+
+def test_same_batch_id_with_different_input_fails_loudly(spark, warehouse):
+    rt, p = Runtime(spark, warehouse), pipeline("fingerprint")
+    run(rt, p, 0)
+    with pytest.raises(FingerprintMismatchError, match=r"'fingerprint'.*'b0'.*different input"):
+        run(rt, p, 0, batch=[("A", 1, 1)])
+
+
+def test_an_unfinished_batch_must_be_finished_with_its_own_input_first(spark, warehouse):
+    def fail(at):
+        if at == "output":
+            raise Crash(at)
+    p = pipeline("unfinished")
+    run(Runtime(spark, warehouse), p, 0)
+    with pytest.raises(Crash):
+        run(Runtime(spark, warehouse, before_write=fail), p, 1)
+    rt = Runtime(spark, warehouse)
+    with pytest.raises(BatchOrderError, match="'b1'.*started and not committed"):
+        run(rt, p, 2)
+    with pytest.raises(BatchOrderError, match="started and not committed"):
+        run(rt, p, 1, batch=[("A", 99, 1)])
+    assert run(rt, p, 1).status == "committed"
+
+
+def test_incompatible_definition_change_is_refused(spark, warehouse):
+    rt = Runtime(spark, warehouse)
+    run(rt, pipeline("redefined"), 0)
+    changed = pipeline("redefined", TimeWindows.of_size_and_grace(10, 5))
+    with pytest.raises(DefinitionError, match="changed incompatibly"):
+        run(rt, changed, 1)
+
+
+def test_empty_batch_commits_and_advances_nothing(spark, warehouse):
+    rt, p = Runtime(spark, warehouse), pipeline("empty")
+    first = run(rt, p, 0)
+    empty = rt.run_batch(p, "b1", frame(spark, [], 3).limit(0))
+    assert empty.status == "committed" and empty.stream_time == first.stream_time and empty.emitted == 0
