@@ -8,7 +8,7 @@ expectations each say ``"meta": {"severity": "critical" | "warning"}`` (default 
 ``gate`` audits a batch's rows before they are published: a failed critical expectation raises
 ``QualityGateError`` and the batch writes nothing; warnings are only recorded. Every run given a
 warehouse appends its results to the Delta table ``<warehouse>/quality_results`` and updates GX
-Data Docs under ``<warehouse>/data_docs/`` (GX's own project files live in ``<warehouse>/gx/``).
+Data Docs under ``<warehouse>/data_docs/`` (GX keeps suites and raw results in ``<warehouse>/gx/``).
 
 GX is imported here only: importing it takes seconds, and DAG files must stay light.
 """
@@ -25,7 +25,8 @@ from pathlib import Path
 import great_expectations as gx
 from great_expectations.checkpoint import UpdateDataDocsAction
 from great_expectations.core.run_identifier import RunIdentifier
-from great_expectations.data_context.types.base import ProgressBarsConfig
+from great_expectations.data_context.types.base import (DataContextConfig, InMemoryStoreBackendDefaults,
+                                                        ProgressBarsConfig)
 from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -163,15 +164,18 @@ def _expectation(entry: dict, source: Path):
         raise DefinitionError(f"{source}: invalid expectation {entry.get('type')!r}: {e}") from e
 
 
+def _suite_file(p: Pipeline, directory: str | Path | None) -> Path:
+    return Path(directory or os.environ.get("FINALRESULTS_EXPECTATIONS") or DEFAULT_DIR) / f"{p.name}.json"
+
+
 def load_suite(pipeline: Pipeline, directory: str | Path | None = None) -> gx.ExpectationSuite:
     """The pipeline's suite: the default template plus ``<directory>/<pipeline>.json`` if present.
 
     ``directory`` defaults to ``$FINALRESULTS_EXPECTATIONS`` or the repository's ``expectations/``.
     Files are read on every call, so an edited suite applies to the next batch.
     """
-    directory = Path(directory or os.environ.get("FINALRESULTS_EXPECTATIONS") or DEFAULT_DIR)
     expectations = [_expectation(e, TEMPLATE) for e in _template(pipeline)]
-    own = directory / f"{pipeline.name}.json"
+    own = _suite_file(pipeline, directory)
     if own.is_file():
         try:
             entries = json.loads(own.read_text())["expectations"]
@@ -204,26 +208,27 @@ def _with_close_time(p: Pipeline, df: DataFrame) -> DataFrame:
 def _context(root: str | None):
     """One GX context per warehouse and process (creating one takes seconds).
 
-    With a warehouse: a file context in ``<root>/gx`` whose Data Docs site is ``<root>/data_docs``.
-    Without: an ephemeral context that keeps nothing.
+    Ephemeral, so that concurrent runners share no GX config file to rewrite: datasources,
+    validation definitions and checkpoints live in memory, while suites and validation results
+    go to files under ``<root>/gx/`` and Data Docs to ``<root>/data_docs/``, from which every
+    runner's results are listed. Without a warehouse nothing is kept.
     """
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
-    if root is None:
-        context = gx.get_context(mode="ephemeral")
-    else:
-        context = gx.get_context(mode="file", project_root_dir=root)
-        site = {"class_name": "SiteBuilder", "show_how_to_buttons": False,
-                "store_backend": {"class_name": "TupleFilesystemStoreBackend",
-                                  "base_directory": os.path.join(root, "data_docs", "")},
-                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder",
-                                       "validation_results_limit": 500}}
-        sites = context.get_config().data_docs_sites or {}
-        if "local_site" in sites:   # GX's default site, under gx/uncommitted: one site is enough
-            context.delete_data_docs_site("local_site")
-        if sites.get(SITE) != site:
-            (context.update_data_docs_site if SITE in sites else context.add_data_docs_site)(SITE, site)
-    context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    return context
+    stores = InMemoryStoreBackendDefaults()
+    sites = {}
+    if root is not None:
+        for name, folder in ((stores.expectations_store_name, "expectations"),
+                             (stores.validation_results_store_name, "validations")):
+            stores.stores[name]["store_backend"] = {"class_name": "TupleFilesystemStoreBackend",
+                                                    "base_directory": os.path.join(root, "gx", folder)}
+        sites[SITE] = {"class_name": "SiteBuilder", "show_how_to_buttons": False,
+                       "store_backend": {"class_name": "TupleFilesystemStoreBackend",
+                                         "base_directory": os.path.join(root, "data_docs")},
+                       "site_index_builder": {"class_name": "DefaultSiteIndexBuilder",
+                                              "validation_results_limit": 500}}
+    config = DataContextConfig(store_backend_defaults=stores, data_docs_sites=sites, analytics_enabled=False,
+                               progress_bars=ProgressBarsConfig(globally=False))
+    return gx.get_context(mode="ephemeral", project_config=config)
 
 
 def _checkpoint(context, suite: gx.ExpectationSuite, docs: bool):
@@ -329,14 +334,24 @@ def validate_table(spark: SparkSession, pipeline: Pipeline, df: DataFrame, *,
     return validate(spark, pipeline, df, None, warehouse_root=warehouse_root, expectations_dir=expectations_dir)
 
 
+def _published_twins(p: Pipeline, staged: DataFrame, published: DataFrame) -> DataFrame:
+    """Published rows with the key and window of a staged row. Reading only the staged rows'
+    window_start range lets Delta skip the files of older windows."""
+    identity = _identity(p)
+    low, high = staged.agg(F.min("window_start"), F.max("window_start")).first()
+    nearby = published.filter(F.col("window_start").between(low, high))
+    twins = nearby.join(staged.select(*identity).distinct(), identity, "left_semi")
+    return twins.withColumn(ORIGIN, F.lit("published"))
+
+
 def gate(spark: SparkSession, pipeline: Pipeline, staged_rows: DataFrame, published_table_df: DataFrame | None,
          batch_id: str, warehouse_root: str, *, expectations_dir: str | Path | None = None) -> Report:
     """Write-audit-publish: audit a batch's rows before they are appended to the results table.
 
     For a final-results table the validated rows are the staged rows plus the published rows that
     share a key and window with them, so a window emitted by an earlier batch and again now fails
-    uniqueness; since the gate kept the published table unique, this finds every duplicate the
-    append would create while reading only the published rows it could collide with. Other tables
+    uniqueness. Since the gate kept the published table unique, this finds every duplicate the
+    append would create, while reading only the published rows it could collide with. Other tables
     are updated by MERGE, where a repeated key is an update: only the staged rows are validated.
 
     Raises ``QualityGateError`` listing each failed critical expectation with offending rows;
@@ -346,16 +361,16 @@ def gate(spark: SparkSession, pipeline: Pipeline, staged_rows: DataFrame, publis
     if staged_rows.isEmpty():
         return Report(p.name, batch_id, (), dt.datetime.now(dt.timezone.utc).replace(tzinfo=None))
     frame = staged_rows.withColumn(ORIGIN, F.lit("staged"))
-    if p.suppressed_final and published_table_df is not None:
-        identity = [c for c in _identity(p) if c in staged_rows.columns]
-        earlier = published_table_df.join(staged_rows.select(*identity).distinct(), identity, "left_semi")
-        frame = frame.unionByName(earlier.withColumn(ORIGIN, F.lit("published")), allowMissingColumns=True)
+    if p.suppressed_final and published_table_df is not None and set(_identity(p)) <= set(staged_rows.columns):
+        frame = frame.unionByName(_published_twins(p, staged_rows, published_table_df), allowMissingColumns=True)
     report = _run(spark, p, frame, batch_id, warehouse_root, expectations_dir)
     if not report.success:
         failed = "\n".join(f"  - {c.describe()}" for c in report.failed_critical)
-        raise QualityGateError(
+        error = QualityGateError(
             f"pipeline {p.name!r}, batch {batch_id!r}: {len(report.failed_critical)} critical expectation(s) "
             f"failed; nothing was published or committed:\n{failed}\n"
-            f"Fix the input or the suite (expectations/{p.name}.json), then re-run the batch. "
+            f"Fix the input or the suite ({_suite_file(p, expectations_dir)}), then re-run the batch. "
             f"Results: {os.path.join(warehouse_root, 'quality_results')}; Data Docs: {report.docs}")
+        error.report = report
+        raise error
     return report
