@@ -19,6 +19,7 @@ import functools
 import json
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,7 @@ RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": EXAMPLE
 RESULTS_SCHEMA = ("suite string, pipeline string, batch_id string, expectation string, severity string, "
                   "success boolean, observed string, examples string, validated_at timestamp")
 ORIGIN = "_origin"   # gate only: whether a validated row is staged or already published
+_GX_LOCK = threading.Lock()   # a GX context is not thread-safe; pipelines may run in threads
 
 
 @dataclass(frozen=True)
@@ -294,20 +296,18 @@ def _run(spark: SparkSession, p: Pipeline, df: DataFrame, batch_id: str | None,
          warehouse_root: str | None, expectations_dir: str | Path | None) -> Report:
     suite = load_suite(p, expectations_dir)
     root = os.path.abspath(warehouse_root) if warehouse_root else None
-    context = _context(root)
-    checkpoint = _checkpoint(context, suite, docs=root is not None)
     now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-    frame = _with_close_time(p, df).persist()   # GX runs a few jobs over it
+    frame = _with_close_time(p, df).persist()   # GX runs a few dozen small jobs over it
     try:
-        run = checkpoint.run(batch_parameters={"dataframe": frame},
-                             run_id=RunIdentifier(run_name=batch_id or "table", run_time=now))
+        with _GX_LOCK:
+            context = _context(root)
+            run = _checkpoint(context, suite, docs=root is not None).run(
+                batch_parameters={"dataframe": frame}, run_id=RunIdentifier(run_name=batch_id or "table", run_time=now))
+            [(identifier, result)] = run.run_results.items()
+            urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=SITE) if root else []
     finally:
         frame.unpersist()
-    [(identifier, result)] = run.run_results.items()
-    docs = None
-    if root is not None:
-        urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=SITE)
-        docs = urls[0]["site_url"] if urls else None
+    docs = urls[0]["site_url"] if urls else None
     report = Report(suite.name, batch_id, tuple(_check(r) for r in result.results), now, docs)
     if root is not None:
         _persist(spark, p, report, root)
