@@ -94,6 +94,18 @@ class Report:
                 f"{len(self.checks)} expectations passed")
         return "\n".join([head] + [f"  [{c.severity}] {c.describe()}" for c in failed])
 
+    def raise_for_failures(self, what_now: str = "Fix the table before anyone downstream reads it.") -> None:
+        """Raise ``QualityGateError`` listing each failed critical expectation, with ``what_now`` advice."""
+        if self.success:
+            return
+        failed = "\n".join(f"  - {c.describe()}" for c in self.failed_critical)
+        batch = f", batch {self.batch_id!r}" if self.batch_id else ""
+        error = QualityGateError(
+            f"pipeline {self.suite!r}{batch}: {len(self.failed_critical)} critical expectation(s) failed:\n"
+            f"{failed}\n{what_now}" + (f" Data Docs: {self.docs}" if self.docs else ""))
+        error.report = self
+        raise error
+
 
 # ---- suites ------------------------------------------------------------------------------
 def _identity(p: Pipeline) -> list[str]:
@@ -364,13 +376,7 @@ def gate(spark: SparkSession, pipeline: Pipeline, staged_rows: DataFrame, publis
     if p.suppressed_final and published_table_df is not None and set(_identity(p)) <= set(staged_rows.columns):
         frame = frame.unionByName(_published_twins(p, staged_rows, published_table_df), allowMissingColumns=True)
     report = _run(spark, p, frame, batch_id, warehouse_root, expectations_dir)
-    if not report.success:
-        failed = "\n".join(f"  - {c.describe()}" for c in report.failed_critical)
-        error = QualityGateError(
-            f"pipeline {p.name!r}, batch {batch_id!r}: {len(report.failed_critical)} critical expectation(s) "
-            f"failed; nothing was published or committed:\n{failed}\n"
-            f"Fix the input or the suite ({_suite_file(p, expectations_dir)}), then re-run the batch. "
-            f"Results: {os.path.join(warehouse_root, 'quality_results')}; Data Docs: {report.docs}")
-        error.report = report
-        raise error
+    report.raise_for_failures(
+        f"Nothing was published or committed. Fix the input or the suite ({_suite_file(p, expectations_dir)}), "
+        f"then re-run the batch. Results: {os.path.join(warehouse_root, 'quality_results')}.")
     return report

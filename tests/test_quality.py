@@ -108,6 +108,7 @@ def test_gate_records_warnings_and_refuses_a_batch_failing_a_critical_expectatio
 
     message = str(error.value)
     assert "batch 'b3'" in message and "1 critical expectation(s) failed" in message
+    assert "Nothing was published or committed" in message
     assert "expect_column_values_to_be_between(column=events, max_value=10)" in message
     assert '"user_id": "c"' in message and "expect_column_max_to_be_between" not in message
     results = spark.read.format("delta").load(os.path.join(warehouse, "quality_results"))
@@ -138,3 +139,5 @@ def test_a_window_published_by_an_earlier_batch_fails_the_gate_and_the_table_che
     assert [(c.expectation, c.observed) for c in report.failed_critical] == [
         ("expect_compound_columns_to_be_unique(column_list=['user_id', 'window_start', 'window_end'])",
          "2 of 3 rows unexpected")]
+    with pytest.raises(QualityGateError, match=r"pipeline 'hourly_counts': 1 critical expectation\(s\) failed"):
+        report.raise_for_failures()
