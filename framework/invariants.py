@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING
 
-from .errors import QualityGateError
+from .errors import FrameworkError, QualityGateError
 from .topology import Pipeline
 from .windows import SessionWindows, SlidingWindows, TimeWindows
 
@@ -58,6 +58,8 @@ class Report:
 
     def text(self) -> str:
         head = f"{self.pipeline}: {self.rows} row(s) in {self.table}"
+        if not self.checks:
+            return f"{head} (no final result emitted yet: nothing to check)"
         return "\n".join([head, *("  " + c.line() for c in self.checks)])
 
     def raise_for_failures(self) -> None:
@@ -123,9 +125,23 @@ def check_table(df: DataFrame, p: Pipeline) -> tuple[int, tuple[Check, ...]]:
 
 
 def validate(spark: SparkSession, p: Pipeline, warehouse: str) -> Report:
-    """Check ``p``'s committed results under ``warehouse`` (``Report.raise_for_failures`` gates)."""
+    """Check ``p``'s committed results under ``warehouse`` (``Report.raise_for_failures`` gates).
+
+    Committed batches that emitted nothing yet (no window closed) leave nothing to check: that is
+    a healthy pipeline, not a failure. No committed batch at all is an error.
+    """
+    from pyspark.sql import functions as F
+
+    from . import state
     from .runtime import Runtime
 
     rt = Runtime(spark, warehouse)
+    table = rt.tables(p).output
+    last = (rt.ledger(p).filter("status = 'committed'").orderBy(F.desc("seq")).limit(1).collect()
+            if state.exists(spark, rt.tables(p).ledger) else [])
+    if not last:
+        raise FrameworkError(f"pipeline {p.name!r}: no committed batch under {warehouse}: nothing to validate")
+    if last[0].output_version is None:
+        return Report(p.name, table, 0, ())
     rows, checks = check_table(rt.read_output(p), p)
-    return Report(p.name, rt.tables(p).output, rows, checks)
+    return Report(p.name, table, rows, checks)

@@ -5,8 +5,9 @@ from datetime import timedelta as td
 import pytest
 
 from framework import BufferConfig, Pipeline, SessionWindows, Suppressed, TimeWindows, agg
-from framework.errors import QualityGateError
-from framework.invariants import Check, Report, check_table
+from framework import Runtime
+from framework.errors import FrameworkError, QualityGateError
+from framework.invariants import Check, Report, check_table, validate
 
 
 def final(name, windows):
@@ -60,3 +61,12 @@ def test_a_failed_check_stops_the_gate_naming_it():
     failing = Report("hourly", "/lake/hourly/out", 5, (Check("unique (key, window)", 2), Check("no null keys", 0)))
     with pytest.raises(QualityGateError, match=r"unique \(key, window\) \(2 rows\)"):
         failing.raise_for_failures()
+
+
+def test_a_pipeline_that_emitted_nothing_yet_passes_but_one_never_run_fails(spark, warehouse):
+    with pytest.raises(FrameworkError, match="no committed batch"):
+        validate(spark, HOURLY, warehouse)
+    rows = [("a", T(2026, 1, 1, 0, 5), 1)]
+    Runtime(spark, warehouse).run_batch(HOURLY, "b1", spark.createDataFrame(rows, "user string, ts timestamp, seq long"))
+    report = validate(spark, HOURLY, warehouse)
+    assert report.rows == 0 and report.ok and "nothing to check" in report.text()
