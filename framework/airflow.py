@@ -67,7 +67,7 @@ def pipeline_dag(job_module: str, schedule: timedelta | str | None = None, start
                  timezone: str = "UTC", conn_id: str = "spark_default", retries: int = 2,
                  retry_delay: timedelta = timedelta(minutes=1), spark_conf: dict[str, str] | None = None,
                  spark_env: dict[str, str] | None = None, spark_binary: str | None = None,
-                 packages: str = DELTA_PACKAGE) -> DAG:
+                 packages: str | None = DELTA_PACKAGE) -> DAG:
     """A DAG running ``job_module`` (a ``jobs/<name>.py`` path or dotted name) once per interval.
 
     ``schedule`` is a timedelta (fixed intervals) or a cron expression (intervals between cron

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib
 import importlib.util
 import os
 import sys

@@ -52,11 +52,13 @@ class Batch:
 class Outcome:
     """A batch's effect: state rows to upsert/delete, results, late records, counters."""
 
-    state_changes: DataFrame | None   # window_state rows + ``_gone``; closed/gone rows are deleted
+    state_changes: DataFrame | None   # window_state rows + ``_gone``, MERGEd: closed/gone rows deleted
+    state_rewrite: tuple[DataFrame, str] | None  # or: rows written replacing the state matching a predicate
     new_records: DataFrame | None     # sliding windows: records to keep
     records_cutoff: int | None        # sliding windows: kept records older than this are dropped
     results: DataFrame                # keys, window bounds (ms), finished aggregates, ``_gone``
     late: DataFrame                   # records that landed in no window
+    closed: DataFrame                 # the windows that closed in this batch
     counted: DataFrame                # per-record frame the counters aggregate over
     counters: dict[str, Column]       # aggregate expressions over ``counted`` for metrics
     open_windows: DataFrame | None    # sliding windows: open windows (for the metric)
@@ -97,34 +99,53 @@ def plan(b: Batch) -> Outcome:
     return _time_windows(b, w)
 
 
-# ---- time windows and plain tables ---------------------------------------------------------
+# ---- time windows ----------------------------------------------------------------------------
 def _time_windows(b: Batch, w: TimeWindows | None) -> Outcome:
-    p = b.pipeline
-    keys, ident = list(p.keys), list(p.keys) + (["window_start"] if w else [])
+    """Windowed state is a log of partial rows (one per window and batch that touched it),
+    merged when the window closes: a batch appends its partials and rewrites only the buckets
+    that are due, so it never rewrites open windows it did not touch."""
     if w is None:
-        assigned = b.records.withColumn("_n_all", F.lit(1)).withColumn("_n_acc", F.lit(1))
-        exploded = assigned
-        geometry = [F.lit(NEVER).alias("_close")]
-    else:
-        size, adv, grace = w.size_ms, w.advance_ms, w.grace_ms
-        back = (size // adv) * adv
-        every = F.expr(f"filter(sequence(_ts - pmod(_ts, {adv}) - {back}, _ts - pmod(_ts, {adv}), {adv}), "
-                       f"s -> s >= 0 AND s > _ts - {size})")
-        assigned = (b.records.withColumn("_all", every)
-                    .withColumn("_acc", F.expr(f"filter(_all, s -> s + {size + grace} > _sb)"))
-                    .withColumn("_n_all", F.size("_all")).withColumn("_n_acc", F.size("_acc")))
-        exploded = assigned.withColumn("window_start", F.explode("_acc"))
-        geometry = [(F.col("window_start") + size).alias("window_end"),
-                    (F.col("window_start") + size + grace).alias("_close")]
-    batch_partials = (exploded.groupBy(*ident).agg(*partials(p), F.max("_ts").alias("_max_ts"))
-                      .select(*ident, *geometry, *[c for c in _partial_names(p)], "_max_ts")
+        return _plain_table(b)
+    p = b.pipeline
+    size, adv, grace = w.size_ms, w.advance_ms, w.grace_ms
+    ident = [*p.keys, "window_start"]
+    back = (size // adv) * adv
+    every = F.expr(f"filter(sequence(_ts - pmod(_ts, {adv}) - {back}, _ts - pmod(_ts, {adv}), {adv}), "
+                   f"s -> s >= 0 AND s > _ts - {size})")
+    assigned = (b.records.withColumn("_all", every)
+                .withColumn("_acc", F.expr(f"filter(_all, s -> s + {size + grace} > _sb)"))
+                .withColumn("_n_all", F.size("_all")).withColumn("_n_acc", F.size("_acc")))
+    batch_partials = (assigned.withColumn("window_start", F.explode("_acc"))
+                      .groupBy(*ident).agg(*partials(p), F.max("_ts").alias("_max_ts"))
+                      .withColumn("window_end", F.col("window_start") + size)
+                      .withColumn("_close", F.col("window_start") + size + grace)
                       .withColumn("_bucket", _bucket(b)))
-    merged, closing = _merge_state(b, batch_partials, ident)
-    changes = merged.unionByName(closing).withColumn("_gone", F.lit(False))
+    due_bucket = b.sta // b.bucket_ms
+    stored = _stored(b, batch_partials)
+    rows = stored.filter(F.col("_bucket") <= due_bucket).unionByName(batch_partials)
+    due = F.col("_close") <= b.sta
+    keep = rows.filter(~due)
+    if p.suppressed_final:
+        results = _merge_windows(p, rows.filter(due), ident)
+    else:
+        touched = batch_partials.select(*ident)
+        results = _merge_windows(p, stored.join(touched, ident, "left_semi").unionByName(batch_partials), ident)
     counters = {"late_record_drop_total": F.sum(F.col("_n_all") - F.col("_n_acc")),
                 "late_records": F.sum(F.when(F.col("_n_acc") == 0, 1).otherwise(0)), **_lateness(b)}
-    return Outcome(changes, None, None, _results(b, changes, merged),
-                   assigned.filter(F.col("_n_acc") == 0), assigned, counters, None)
+    return Outcome(None, (keep, f"_bucket <= {due_bucket}"), None, None,
+                   results.select(*p.keys, "window_start", "window_end", *finished(p), F.lit(False).alias("_gone")),
+                   assigned.filter(F.col("_n_acc") == 0), rows.filter(due).select(*ident).distinct(),
+                   assigned, counters, None)
+
+
+def _merge_windows(p: Pipeline, rows: DataFrame, ident: list[str]) -> DataFrame:
+    """One row per window: partial rows merged."""
+    return rows.groupBy(*ident, "window_end", "_close").agg(*merges(p), F.max("_max_ts").alias("_max_ts"))
+
+
+def _stored(b: Batch, like: DataFrame) -> DataFrame:
+    """Stored state shaped like ``like``; empty before the first commit."""
+    return like.limit(0) if b.state is None else b.state.select(*like.columns)
 
 
 def _partial_names(p: Pipeline) -> list[str]:
@@ -132,25 +153,30 @@ def _partial_names(p: Pipeline) -> list[str]:
 
 
 def _open_state(b: Batch, like: DataFrame) -> DataFrame:
-    """Stored windows (all open: closed ones are deleted), pruned to the buckets not yet due;
-    an empty frame shaped like ``like`` before the first commit."""
+    """Stored windows (all open: closed ones are deleted), pruned to the buckets not yet due."""
     if b.state is None:
         return like.limit(0)
     low = b.stb // b.bucket_ms if b.stb != NO_TIME else NO_TIME
     return b.state.filter(F.col("_bucket") >= F.lit(low)).select(*like.columns)
 
 
-def _merge_state(b: Batch, batch_partials: DataFrame, ident: list[str]) -> tuple[DataFrame, DataFrame]:
-    """(touched windows with merged partials, untouched stored windows that close now)."""
+# ---- plain (non-windowed) tables -------------------------------------------------------------
+def _plain_table(b: Batch) -> Outcome:
+    """One state row per key, merged in place; rows never close."""
     p = b.pipeline
-    stored = _open_state(b, batch_partials)
-    touched_ids = batch_partials.select(*ident)
-    merged = (stored.join(touched_ids, ident, "left_semi").unionByName(batch_partials)
-              .groupBy(*[c for c in batch_partials.columns if c in ident or c in ("window_end", "_close", "_bucket")])
-              .agg(*merges(p), F.max("_max_ts").alias("_max_ts"))
+    keys = list(p.keys)
+    batch_partials = (b.records.groupBy(*keys).agg(*partials(p), F.max("_ts").alias("_max_ts"))
+                      .withColumn("_close", F.lit(NEVER)).withColumn("_bucket", F.lit(NEVER // b.bucket_ms)))
+    stored = _stored(b, batch_partials)
+    merged = (stored.join(batch_partials.select(*keys), keys, "left_semi").unionByName(batch_partials)
+              .groupBy(*keys, "_close", "_bucket").agg(*merges(p), F.max("_max_ts").alias("_max_ts"))
               .select(*batch_partials.columns))
-    closing = stored.filter(F.col("_close") <= b.sta).join(touched_ids, ident, "left_anti")
-    return merged, closing
+    changes = merged.withColumn("_gone", F.lit(False))
+    counted = b.records.withColumn("_one", F.lit(1))
+    counters = {"late_record_drop_total": F.lit(0).cast("long"), "late_records": F.lit(0).cast("long"),
+                **_lateness(b)}
+    return Outcome(changes, None, None, None, merged.select(*keys, *finished(p), F.lit(False).alias("_gone")),
+                   counted.limit(0), merged.limit(0), counted, counters, None)
 
 
 def _results(b: Batch, changes: DataFrame, touched: DataFrame) -> DataFrame:
@@ -159,9 +185,7 @@ def _results(b: Batch, changes: DataFrame, touched: DataFrame) -> DataFrame:
     cols = [*p.keys, *_window_cols(p), *finished(p), "_gone"]
     if p.suppressed_final:
         return changes.filter(~F.col("_gone") & (F.col("_close") <= b.sta)).select(*cols)
-    gone = changes.filter(F.col("_gone")) if "_gone" in changes.columns else None
-    updates = touched.withColumn("_gone", F.lit(False))
-    return (updates.unionByName(gone) if gone is not None else updates).select(*cols)
+    return touched.withColumn("_gone", F.lit(False)).unionByName(changes.filter(F.col("_gone"))).select(*cols)
 
 
 # ---- session windows -----------------------------------------------------------------------
@@ -206,8 +230,9 @@ def _sessions(b: Batch, w: SessionWindows) -> Outcome:
     counted = recs.join(landed, [*keys, "_id"], "left")
     n_late = F.sum(F.when(F.col("_landed").isNull(), 1).otherwise(0))
     counters = {"late_record_drop_total": n_late, "late_records": n_late, **_lateness(b)}
-    return Outcome(changes, None, None, _results(b, changes, merged),
-                   counted.filter(F.col("_landed").isNull()), counted, counters, None)
+    return Outcome(changes, None, None, None, _results(b, changes, merged),
+                   counted.filter(F.col("_landed").isNull()),
+                   changes.filter(~F.col("_gone") & (F.col("_close") <= b.sta)), counted, counters, None)
 
 
 def _session_fold(keys: list[str], gap: int, grace: int):
@@ -280,5 +305,6 @@ def _sliding(b: Batch, w: SlidingWindows) -> Outcome:
                 **_lateness(b)}
     late = b.records.filter(F.col("_ts") + size + 1 + grace <= F.col("_sb"))
     open_windows = windows.filter(F.col("_close") > b.sta)
-    return Outcome(None, b.records, b.sta - keep, results, late, b.records, counters, open_windows)
+    closed = windows.filter((F.col("_close") > b.stb) & (F.col("_close") <= b.sta))
+    return Outcome(None, None, b.records, b.sta - keep, results, late, closed, b.records, counters, open_windows)
 

@@ -51,6 +51,21 @@ class BatchResult:
     metrics: dict = field(default_factory=dict)
 
 
+class _Kept:
+    """Frames cached for the duration of one batch (reused by several writes), then released."""
+
+    def __init__(self):
+        self.frames: list[DataFrame] = []
+
+    def __call__(self, df: DataFrame) -> DataFrame:
+        self.frames.append(df.persist())
+        return df
+
+    def release(self) -> None:
+        for df in self.frames:
+            df.unpersist()
+
+
 def _to_time(ms: int | None) -> dt.datetime | None:
     return None if ms is None else dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=ms)
 
@@ -64,6 +79,11 @@ def _definition(p: Pipeline) -> str:
 class Runtime:
     """Runs pipelines' batches against Delta tables under ``warehouse``.
 
+    Final results are audited before they are published (write-audit-publish): a failing
+    critical expectation of the pipeline's suite (``expectations/``) stops the batch with a
+    ``QualityGateError`` and nothing is committed. ``quality=False`` skips the audit.
+    ``bucket`` is the width of the close-time buckets that partition window state.
+
     Example::
 
         rt = Runtime(spark, warehouse="/data/lake")
@@ -72,10 +92,12 @@ class Runtime:
     """
 
     def __init__(self, spark: SparkSession, warehouse: str, bucket: dt.timedelta = dt.timedelta(hours=1),
+                 quality: bool = True, expectations: str | None = None,
                  before_write: Callable[[str], None] | None = None):
         self.spark = spark
         self.warehouse = warehouse
         self.bucket_ms = bucket // dt.timedelta(milliseconds=1)
+        self.quality, self.expectations = quality, expectations
         self._before_write = before_write or (lambda point: None)
         self.partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
 
@@ -171,13 +193,18 @@ class Runtime:
                              self._as_of(t.records, last.records_version if last else None),
                              self.bucket_ms)
         outcome = engine.plan(batch)
-        changes = outcome.state_changes.localCheckpoint(eager=True) if outcome.state_changes is not None else None
-        results = outcome.results.localCheckpoint(eager=True)
-        rows_out = sinks.shape(p, results, batch_id, sta).localCheckpoint(eager=True)
+        kept = _Kept()
+        results = kept(outcome.results)
+        rows_out = kept(sinks.shape(p, results, batch_id, sta))
         counts = outcome.counted.agg(*[v.alias(k) for k, v in outcome.counters.items()]).collect()[0].asDict()
-        n_results, n_rows = results.count(), rows_out.count()
+        n_rows = rows_out.count()
+        if n_rows and self.quality and p.suppressed_final:
+            from . import quality  # GX loads only in processes that have final rows to audit
+            published = self._as_of(t.output, last.output_version if last else None)
+            quality.gate(self.spark, p, rows_out.drop("_gone"), published, batch_id, self.warehouse,
+                         expectations_dir=self.expectations)
 
-        self._write("state", lambda: self._write_state(p, changes, seq, sta))
+        self._write("state", lambda: self._write_state(p, outcome, seq, sta, kept))
         self._write("records", lambda: self._write_records(p, outcome, seq))
         if n_rows:
             self._write("output", lambda: sinks.publish(p, rows_out, t.output, f"{p.name}.output", seq))
@@ -188,9 +215,9 @@ class Runtime:
                                        F.to_json(F.struct(*[F.col(c) for c in input_df.columns])).alias("record"))
             self._write("late_records", lambda: state.append(late, t.late, f"{p.name}.late", seq))
 
-        due = F.col("_close") <= F.lit(engine.NO_TIME if sta is None else sta)
-        closed = changes.filter(due & ~F.col("_gone")).count() if changes is not None else n_results
+        closed = outcome.closed.count()
         open_now = self._count_open(p, outcome, t)
+        kept.release()
         final = p.suppressed_final
         values = dict(counts, records_in=inp.count, suppression_emit_total=closed if final else 0,
                       windows_open=open_now, windows_closed=closed,
@@ -226,17 +253,24 @@ class Runtime:
                inp.schema_json, _definition(p), dt.datetime.now(dt.timezone.utc).replace(tzinfo=None))
         return self.spark.createDataFrame([row], state.LEDGER_SCHEMA)
 
-    def _write_state(self, p: Pipeline, changes: DataFrame | None, seq: int, sta: int | None) -> None:
-        if changes is None:
+    def _write_state(self, p: Pipeline, outcome: engine.Outcome, seq: int, sta: int | None, kept) -> None:
+        path, app = self.tables(p).state, f"{p.name}.state"
+        if outcome.state_rewrite is not None:
+            rows, replaced = outcome.state_rewrite
+            rows = kept(rows)
+            state.create(self.spark, path, rows.schema, partition_by="_bucket")
+            state.rewrite(rows, path, replaced, app, seq)
             return
-        path = self.tables(p).state
+        if outcome.state_changes is None:
+            return
+        changes = kept(outcome.state_changes)
         columns = [c for c in changes.columns if c != "_gone"]
         state.create(self.spark, path, changes.select(*columns).schema, partition_by="_bucket")
         ident = [*p.keys] + (["window_start"] if p.windows is not None else [])
         on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in ident)
         due = f"s._close <= {sta if sta is not None else engine.NO_TIME}"
         values = {f"`{c}`": f"s.`{c}`" for c in columns}
-        with state.idempotent(self.spark, f"{p.name}.state", seq):
+        with state.idempotent(self.spark, app, seq):
             (DeltaTable.forPath(self.spark, path).alias("t").merge(changes.alias("s"), on)
              .whenMatchedDelete(f"s._gone OR {due}")
              .whenMatchedUpdate(set=values)
@@ -260,7 +294,10 @@ class Runtime:
     def _count_open(self, p: Pipeline, outcome: engine.Outcome, t: state.Tables) -> int:
         if outcome.open_windows is not None:
             return outcome.open_windows.count()
-        return state.read(self.spark, t.state).count() if state.exists(self.spark, t.state) else 0
+        if not state.exists(self.spark, t.state):
+            return 0
+        ident = [*p.keys] + (["window_start"] if p.windows is not None else [])
+        return state.read(self.spark, t.state).select(*ident).distinct().count()
 
     def _result_of(self, p: Pipeline, row, status: str) -> BatchResult:
         m = self.read_metrics(p).filter(F.col("seq") == row.seq).collect()

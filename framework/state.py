@@ -110,6 +110,18 @@ def append(df: DataFrame, path: str, app_id: str, version: int, partition_by: st
     writer.save(path)
 
 
+def rewrite(df: DataFrame, path: str, replaced: str, app_id: str, version: int) -> None:
+    """In one commit, once: remove the rows matching ``replaced`` and add ``df`` (whose rows
+    may lie outside ``replaced``: new partials go to later buckets)."""
+    spark = df.sparkSession
+    spark.conf.set("spark.databricks.delta.replaceWhere.constraintCheck.enabled", "false")
+    try:
+        (df.write.format("delta").mode("overwrite").option("replaceWhere", replaced)
+         .option("txnAppId", app_id).option("txnVersion", version).save(path))
+    finally:
+        spark.conf.unset("spark.databricks.delta.replaceWhere.constraintCheck.enabled")
+
+
 @contextmanager
 def idempotent(spark: SparkSession, app_id: str, version: int):
     """Make the Delta DML (MERGE/UPDATE/DELETE) run inside the block idempotent."""

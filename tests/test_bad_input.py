@@ -30,20 +30,20 @@ def assert_nothing_committed(rt, p):
     ("pre_epoch", lambda s: frame(s, [("A", -5000, 1)]), r"'pre_epoch'.*'b0'.*before 1970"),
 ], ids=lambda x: x if isinstance(x, str) else "")
 def test_bad_records_are_refused_before_anything_is_written(spark, warehouse, case, make, pattern):
-    rt, p = Runtime(spark, warehouse), pipeline(case)
+    rt, p = Runtime(spark, warehouse, quality=False), pipeline(case)
     with pytest.raises(InputError, match=pattern):
         rt.run_batch(p, "b0", make(spark))
     assert_nothing_committed(rt, p)
 
 
 def test_string_event_times_are_parsed(spark, warehouse):
-    rt, p = Runtime(spark, warehouse), pipeline("strings")
+    rt, p = Runtime(spark, warehouse, quality=False), pipeline("strings")
     df = frame(spark, [("A", 1, 1)]).withColumn("ts", F.lit("2026-01-01 00:00:00"))
     assert rt.run_batch(p, "b0", df).stream_time == dt.datetime(2026, 1, 1)
 
 
 def test_retyped_column_is_schema_drift(spark, warehouse):
-    rt, p = Runtime(spark, warehouse), pipeline("drift")
+    rt, p = Runtime(spark, warehouse, quality=False), pipeline("drift")
     rt.run_batch(p, "b0", frame(spark, [("A", 1, 1)]))
     retyped = frame(spark, [("A", 2, 1)], 1).withColumn("v", F.col("v").cast("double"))
     with pytest.raises(InputError, match=r"'drift'.*'b1'.*column 'v' was bigint.*double now"):

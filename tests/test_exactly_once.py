@@ -54,7 +54,7 @@ def snapshot(rt, p):
                          ids=["tumbling", "sliding"])
 def test_crash_at_every_write_boundary_then_rerun_equals_a_clean_run(spark, warehouse, windows):
     def clean():
-        rt, p = Runtime(spark.newSession(), warehouse), pipeline("clean", windows)
+        rt, p = Runtime(spark.newSession(), warehouse, quality=False), pipeline("clean", windows)
         for i in range(3):
             run(rt, p, i)
         return snapshot(rt, p)
@@ -65,10 +65,10 @@ def test_crash_at_every_write_boundary_then_rerun_equals_a_clean_run(spark, ware
                 raise Crash(point)
         p = pipeline(f"crash_{point}", windows)
         session = spark.newSession()
-        run(Runtime(session, warehouse), p, 0)
+        run(Runtime(session, warehouse, quality=False), p, 0)
         with pytest.raises(Crash):
-            run(Runtime(session, warehouse, before_write=fail), p, 1)
-        rt = Runtime(session, warehouse)
+            run(Runtime(session, warehouse, quality=False, before_write=fail), p, 1)
+        rt = Runtime(session, warehouse, quality=False)
         assert run(rt, p, 1).status == "committed"
         run(rt, p, 2)
         return point, snapshot(rt, p)
@@ -81,7 +81,7 @@ def test_crash_at_every_write_boundary_then_rerun_equals_a_clean_run(spark, ware
 
 
 def test_rerun_of_a_committed_batch_is_a_reported_noop(spark, warehouse):
-    rt, p = Runtime(spark, warehouse), pipeline("rerun")
+    rt, p = Runtime(spark, warehouse, quality=False), pipeline("rerun")
     run(rt, p, 0)
     run(rt, p, 1)
     before = results(rt, p)
@@ -92,14 +92,14 @@ def test_rerun_of_a_committed_batch_is_a_reported_noop(spark, warehouse):
 
 
 def test_batches_must_run_in_order(spark, warehouse):
-    rt, p = Runtime(spark, warehouse), pipeline("order")
+    rt, p = Runtime(spark, warehouse, quality=False), pipeline("order")
     run(rt, p, 1)
     with pytest.raises(BatchOrderError, match=r"'order'.*'b0'.*out of order.*'b1'"):
         run(rt, p, 0)
 
 
 def test_same_batch_id_with_different_input_fails_loudly(spark, warehouse):
-    rt, p = Runtime(spark, warehouse), pipeline("fingerprint")
+    rt, p = Runtime(spark, warehouse, quality=False), pipeline("fingerprint")
     run(rt, p, 0)
     with pytest.raises(FingerprintMismatchError, match=r"'fingerprint'.*'b0'.*different input"):
         run(rt, p, 0, batch=[("A", 1, 1)])
@@ -110,10 +110,10 @@ def test_an_unfinished_batch_must_be_finished_with_its_own_input_first(spark, wa
         if at == "output":
             raise Crash(at)
     p = pipeline("unfinished")
-    run(Runtime(spark, warehouse), p, 0)
+    run(Runtime(spark, warehouse, quality=False), p, 0)
     with pytest.raises(Crash):
-        run(Runtime(spark, warehouse, before_write=fail), p, 1)
-    rt = Runtime(spark, warehouse)
+        run(Runtime(spark, warehouse, quality=False, before_write=fail), p, 1)
+    rt = Runtime(spark, warehouse, quality=False)
     with pytest.raises(BatchOrderError, match="'b1'.*started and not committed"):
         run(rt, p, 2)
     with pytest.raises(BatchOrderError, match="started and not committed"):
@@ -122,7 +122,7 @@ def test_an_unfinished_batch_must_be_finished_with_its_own_input_first(spark, wa
 
 
 def test_incompatible_definition_change_is_refused(spark, warehouse):
-    rt = Runtime(spark, warehouse)
+    rt = Runtime(spark, warehouse, quality=False)
     run(rt, pipeline("redefined"), 0)
     changed = pipeline("redefined", TimeWindows.of_size_and_grace(10, 5))
     with pytest.raises(DefinitionError, match="changed incompatibly"):
@@ -130,7 +130,7 @@ def test_incompatible_definition_change_is_refused(spark, warehouse):
 
 
 def test_empty_batch_commits_and_advances_nothing(spark, warehouse):
-    rt, p = Runtime(spark, warehouse), pipeline("empty")
+    rt, p = Runtime(spark, warehouse, quality=False), pipeline("empty")
     first = run(rt, p, 0)
     empty = rt.run_batch(p, "b1", frame(spark, [], 3).limit(0))
     assert empty.status == "committed" and empty.stream_time == first.stream_time and empty.emitted == 0

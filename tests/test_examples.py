@@ -19,7 +19,7 @@ def pipeline(name, windows, *aggs):
 
 def test_blog_w10_final_count_is_3_and_w12_waits_until_it_closes(spark, warehouse):
     # Blog: 2-minute windows, 2 minutes grace. Arrivals at 10, 11, 12, 13 (ts 11), 14 (ts 10).
-    rt = Runtime(spark, warehouse)
+    rt = Runtime(spark, warehouse, quality=False)
     p = pipeline("blog", TimeWindows.of_size_and_grace(td(minutes=2), td(minutes=2)), agg.count("events"))
     arrivals = [("A", 10 * MIN, 1), ("A", 11 * MIN, 1), ("A", 12 * MIN, 1), ("A", 11 * MIN, 1), ("A", 14 * MIN, 1),
                 ("A", 10 * MIN, 1)]
@@ -38,7 +38,7 @@ def test_blog_w10_final_count_is_3_and_w12_waits_until_it_closes(spark, warehous
 
 
 def test_blog_alert_when_fewer_than_3_events_in_an_hour(spark, warehouse):
-    rt = Runtime(spark, warehouse)
+    rt = Runtime(spark, warehouse)   # with the write-audit-publish quality gate
     alerts = (Pipeline("user_alerts", timestamp="ts", arrival="seq")
               .group_by("k")
               .windowed_by(TimeWindows.of_size_and_grace(td(hours=1), td(minutes=10)))
@@ -57,7 +57,7 @@ def test_kip450_four_records_make_seven_sliding_windows(spark, warehouse):
     # KIP-450 figure 1: window size 10 ms, 4 records, 7 windows (each record's left window and
     # the right windows that hold records). The figure's exact times are not in the text; these
     # four records are within 10 ms of their neighbours, as drawn.
-    rt = Runtime(spark, warehouse)
+    rt = Runtime(spark, warehouse, quality=False)
     p = pipeline("kip450", SlidingWindows.of_time_difference_and_grace(10, 0), agg.count("n"))
     records = [("A", 10, 1), ("A", 14, 1), ("A", 18, 1), ("A", 22, 1)]
     run_stream(rt, p, [records, [("A", 100, 1)]])
@@ -67,7 +67,7 @@ def test_kip450_four_records_make_seven_sliding_windows(spark, warehouse):
 
 
 def test_kip450_hopping_with_1ms_advance_makes_more_windows_than_sliding(spark, warehouse):
-    rt = Runtime(spark, warehouse)
+    rt = Runtime(spark, warehouse, quality=False)
     p = pipeline("hop1", TimeWindows.of_size_and_grace(10, 0).advance_by(1), agg.count("n"))
     run_stream(rt, p, [[("A", 10, 1), ("A", 14, 1), ("A", 18, 1), ("A", 22, 1)], [("A", 100, 1)]])
     rows = [r for r in results(rt, p) if r["window_end"] <= 33]
@@ -77,7 +77,7 @@ def test_kip450_hopping_with_1ms_advance_makes_more_windows_than_sliding(spark, 
 def test_kip94_a_record_between_two_sessions_merges_exactly_those_two(spark, warehouse):
     # KIP-94: sessions [0,99] [150,200] [250,300] [350,400] (gap 30); a record at 225 falls within
     # the gap of the 2nd and 3rd only, which merge into [150,300]; the others stay as they were.
-    rt = Runtime(spark, warehouse)
+    rt = Runtime(spark, warehouse, quality=False)
     p = pipeline("kip94", SessionWindows.of_inactivity_gap_and_grace(30, 1000), agg.count("n"),
                  agg.collect_list("v", "vs"))
     sessions = [("A", t, t) for t in (0, 30, 60, 90, 99, 150, 175, 200, 250, 275, 300, 350, 375, 400)]
@@ -96,7 +96,7 @@ def test_kip94_a_record_between_two_sessions_merges_exactly_those_two(spark, war
     (SessionWindows.of_inactivity_gap_and_grace(5, 3), ref.Session(5, 3)),
 ], ids=["tumbling", "hopping", "sliding", "session"])
 def test_out_of_order_and_late_records_match_the_reference_model(spark, warehouse, windows, model):
-    rt = Runtime(spark, warehouse)
+    rt = Runtime(spark, warehouse, quality=False)
     p = pipeline("ooo", windows)
     batches = [[("A", 3, 1), ("B", 12, 2), ("A", 9, None), ("A", 1, 4)],
                [("B", 25, 5), ("A", 14, 6), ("A", 11, 7), ("B", 7, 8), ("A", 30, 9)],
