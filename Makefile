@@ -18,5 +18,8 @@ $(VENV)/.installed: pyproject.toml
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+demo: install
+	$(PY) scripts/demo.py
+
 clean:
 	rm -rf var .pytest_cache .hypothesis
