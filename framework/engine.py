@@ -61,7 +61,7 @@ class Outcome:
     closed: DataFrame                 # the windows that closed in this batch
     counted: DataFrame                # per-record frame the counters aggregate over
     counters: dict[str, Column]       # aggregate expressions over ``counted`` for metrics
-    open_windows: DataFrame | None    # sliding windows: open windows (for the metric)
+    open_windows: DataFrame           # windows (or keys) held in state after the batch
 
 
 def partials(p: Pipeline) -> list[Column]:
@@ -132,10 +132,11 @@ def _time_windows(b: Batch, w: TimeWindows | None) -> Outcome:
         results = _merge_windows(p, stored.join(touched, ident, "left_semi").unionByName(batch_partials), ident)
     counters = {"late_record_drop_total": F.sum(F.col("_n_all") - F.col("_n_acc")),
                 "late_records": F.sum(F.when(F.col("_n_acc") == 0, 1).otherwise(0)), **_lateness(b)}
+    still_open = stored.filter(~due).unionByName(batch_partials.filter(~due)).select(*ident).distinct()
     return Outcome(None, (keep, f"_bucket <= {due_bucket}"), None, None,
                    results.select(*p.keys, "window_start", "window_end", *finished(p), F.lit(False).alias("_gone")),
                    assigned.filter(F.col("_n_acc") == 0), rows.filter(due).select(*ident).distinct(),
-                   assigned, counters, None)
+                   assigned, counters, still_open)
 
 
 def _merge_windows(p: Pipeline, rows: DataFrame, ident: list[str]) -> DataFrame:
@@ -175,8 +176,9 @@ def _plain_table(b: Batch) -> Outcome:
     counted = b.records.withColumn("_one", F.lit(1))
     counters = {"late_record_drop_total": F.lit(0).cast("long"), "late_records": F.lit(0).cast("long"),
                 **_lateness(b)}
+    still_open = stored.select(*keys).unionByName(batch_partials.select(*keys)).distinct()
     return Outcome(changes, None, None, None, merged.select(*keys, *finished(p), F.lit(False).alias("_gone")),
-                   counted.limit(0), merged.limit(0), counted, counters, None)
+                   counted.limit(0), merged.limit(0), counted, counters, still_open)
 
 
 def _results(b: Batch, changes: DataFrame, touched: DataFrame) -> DataFrame:
@@ -230,9 +232,13 @@ def _sessions(b: Batch, w: SessionWindows) -> Outcome:
     counted = recs.join(landed, [*keys, "_id"], "left")
     n_late = F.sum(F.when(F.col("_landed").isNull(), 1).otherwise(0))
     counters = {"late_record_drop_total": n_late, "late_records": n_late, **_lateness(b)}
+    ident = [*keys, "window_start"]
+    kept_as_is = stored.join(changes.select(*ident), ident, "left_anti").filter(F.col("_close") > b.sta)
+    still_open = kept_as_is.select(*ident).unionByName(
+        changes.filter(~F.col("_gone") & (F.col("_close") > b.sta)).select(*ident))
     return Outcome(changes, None, None, None, _results(b, changes, merged),
                    counted.filter(F.col("_landed").isNull()),
-                   changes.filter(~F.col("_gone") & (F.col("_close") <= b.sta)), counted, counters, None)
+                   changes.filter(~F.col("_gone") & (F.col("_close") <= b.sta)), counted, counters, still_open)
 
 
 def _session_fold(keys: list[str], gap: int, grace: int):

@@ -26,7 +26,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import engine, metrics, sinks, state
-from .errors import BatchOrderError, DefinitionError, FingerprintMismatchError, FrameworkError
+from .errors import (BatchOrderError, BufferFullError, DefinitionError, FingerprintMismatchError,
+                     FrameworkError)
 from .sources import read_batch
 from .streamtime import arrival_order, with_stream_time
 from .topology import Pipeline
@@ -197,7 +198,8 @@ class Runtime:
         results = kept(outcome.results)
         rows_out = kept(sinks.shape(p, results, batch_id, sta))
         counts = outcome.counted.agg(*[v.alias(k) for k, v in outcome.counters.items()]).collect()[0].asDict()
-        n_rows = rows_out.count()
+        n_rows, open_now = rows_out.count(), outcome.open_windows.count()
+        self._check_buffer(p, batch_id, open_now)
         if n_rows and self.quality and p.suppressed_final:
             from . import quality  # GX loads only in processes that have final rows to audit
             published = self._as_of(t.output, last.output_version if last else None)
@@ -216,7 +218,6 @@ class Runtime:
             self._write("late_records", lambda: state.append(late, t.late, f"{p.name}.late", seq))
 
         closed = outcome.closed.count()
-        open_now = self._count_open(p, outcome, t)
         kept.release()
         final = p.suppressed_final
         values = dict(counts, records_in=inp.count, suppression_emit_total=closed if final else 0,
@@ -291,13 +292,16 @@ class Runtime:
              .whenNotMatchedBySourceDelete(f"t._ts < {outcome.records_cutoff}")
              .execute())
 
-    def _count_open(self, p: Pipeline, outcome: engine.Outcome, t: state.Tables) -> int:
-        if outcome.open_windows is not None:
-            return outcome.open_windows.count()
-        if not state.exists(self.spark, t.state):
-            return 0
-        ident = [*p.keys] + (["window_start"] if p.windows is not None else [])
-        return state.read(self.spark, t.state).select(*ident).distinct().count()
+    def _check_buffer(self, p: Pipeline, batch_id: str, held: int) -> None:
+        """Strict bounded buffers (``max_records(n).shut_down_when_full()``) stop the batch
+        before anything is written when the windows held for final results exceed the bound."""
+        limit = p.suppression.buffer.record_limit if p.suppression is not None else None
+        if limit is not None and held > limit:
+            raise BufferFullError(
+                f"pipeline {p.name!r}, batch {batch_id!r}: suppression buffer "
+                f"{p.suppression.name or '<unnamed>'} would hold {held} windows, over its bound "
+                f"max_records={limit} (shut_down_when_full). Nothing was committed; raise the bound "
+                "or use BufferConfig.unbounded(), then re-run the batch.")
 
     def _result_of(self, p: Pipeline, row, status: str) -> BatchResult:
         m = self.read_metrics(p).filter(F.col("seq") == row.seq).collect()
