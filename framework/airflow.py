@@ -12,7 +12,8 @@
 
 The Spark task runs ``spark-submit jobs/<name>.py`` through the ``spark_default`` connection
 (its host is the master: ``local[*]`` for one machine, ``spark://...`` or ``yarn`` for a cluster).
-The quality gate checks the final table's invariants with Spark (``framework.invariants``).
+The quality gate validates the whole committed results table with the pipeline's Great Expectations
+suite (``framework.validation``); each batch has already audited its own rows before publishing.
 
 This module is imported by DAG files, which the scheduler parses often: nothing here imports
 Spark; the job module is read for its pipeline definition only.
@@ -38,13 +39,16 @@ DELTA_PACKAGE = f"io.delta:delta-spark_2.13:{version('delta-spark')}"
 
 
 def quality_gate(job: str, warehouse: str) -> None:
-    """Task callable: check the job's final table with Spark; fail the task listing violations."""
-    from .invariants import validate
+    """Task callable: validate the job's committed results table; fail the task listing violations."""
     from .session import spark_session
+    from .validation import validate_results
 
     pipeline = load_job(job).PIPELINE
-    report = validate(spark_session(f"finalresults-{pipeline.name}-gate"), pipeline, warehouse)
-    log.info("%s", report.text())
+    report = validate_results(spark_session(f"finalresults-{pipeline.name}-gate"), pipeline, warehouse)
+    if report is None:
+        log.info("pipeline %r: no final result emitted yet: nothing to validate", pipeline.name)
+        return
+    log.info("%s%s", report.summary(), f"\nData Docs: {report.docs}" if report.docs else "")
     report.raise_for_failures()
 
 

@@ -312,5 +312,6 @@ def _sliding(b: Batch, w: SlidingWindows) -> Outcome:
     late = b.records.filter(F.col("_ts") + size + 1 + grace <= F.col("_sb"))
     open_windows = windows.filter(F.col("_close") > b.sta)
     closed = windows.filter((F.col("_close") > b.stb) & (F.col("_close") <= b.sta))
-    return Outcome(None, None, b.records, b.sta - keep, results, late, closed, b.records, counters, open_windows)
+    cutoff = None if b.stream_time is None else b.stream_time - keep
+    return Outcome(None, None, b.records, cutoff, results, late, closed, b.records, counters, open_windows)
 

@@ -286,11 +286,11 @@ class Runtime:
         state.create(self.spark, path, new.schema, partition_by="_tbucket")
         values = {f"`{c}`": f"s.`{c}`" for c in new.columns}
         with state.idempotent(self.spark, f"{p.name}.records", seq):
-            (DeltaTable.forPath(self.spark, path).alias("t")
-             .merge(new.alias("s"), "t._ord = s._ord")
-             .whenNotMatchedInsert(values=values)
-             .whenNotMatchedBySourceDelete(f"t._ts < {outcome.records_cutoff}")
-             .execute())
+            merge = (DeltaTable.forPath(self.spark, path).alias("t")
+                     .merge(new.alias("s"), "t._ord = s._ord").whenNotMatchedInsert(values=values))
+            if outcome.records_cutoff is not None:
+                merge = merge.whenNotMatchedBySourceDelete(f"t._ts < {outcome.records_cutoff}")
+            merge.execute()
 
     def _check_buffer(self, p: Pipeline, batch_id: str, held: int) -> None:
         """Strict bounded buffers (``max_records(n).shut_down_when_full()``) stop the batch

@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,6 +48,26 @@ def _configure(root: Path) -> None:
         "FINALRESULTS_START": START.isoformat(),
         "PYSPARK_PYTHON": sys.executable,
     })
+    # dag.test() runs tasks through Starlette's test client, which warns about httpx on every run.
+    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
+
+
+def _spark(log: Path):
+    """The demo's own Spark session, its console chatter (Ivy, log4j) sent to ``log``.
+
+    The JVM inherits file descriptor 2 when it starts, so pointing it at the file for the start
+    is enough; Python's stderr is restored at once.
+    """
+    from framework import spark_session
+
+    saved = os.dup(2)
+    with open(log, "w") as chatter:
+        os.dup2(chatter.fileno(), 2)
+        try:
+            return spark_session("finalresults-demo")
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def _load_dags():
@@ -70,8 +91,8 @@ def _run_intervals(dag, rt, pipeline, root: Path, hours: int):
             print(f"demo: the run ended {state}; task logs are under {root / 'airflow' / 'logs'}", file=sys.stderr)
             return None
         m = rt.read_metrics(pipeline).orderBy("seq", ascending=False).first()
-        print(f"      run {state}: batch {m.batch_id} (seq {m.seq}), records in {m.records_in}, "
-              f"final rows {m.suppression_emit_total}, late {m.late_records}, stream time {m.stream_time}", flush=True)
+        print(f"      run {state}: batch {m.batch_id} (seq {m.seq}), records in {m.records_in}, late {m.late_records}, "
+              f"windows closed {m.windows_closed}, stream time {m.stream_time}", flush=True)
     return m
 
 
@@ -85,7 +106,8 @@ def _report(rt, pipeline, last, root: Path) -> None:
         print(f"  {name:<36} {last[column]}")
     print("\nwhere things are:")
     for label, path in [("results", rt.tables(pipeline).output), ("pipeline state", rt.tables(pipeline).root),
-                        ("landing", root / "landing"), ("airflow home", root / "airflow")]:
+                        ("landing", root / "landing"), ("airflow home", root / "airflow"),
+                        ("spark log", root / "spark-demo.log")]:
         print(f"  {label:<15} {path}")
     print(f"  inspect with   .venv/bin/python -m framework status --warehouse {root / 'warehouse'}")
 
@@ -94,6 +116,7 @@ def run(root: Path, hours: int) -> int:
     """The whole demo; returns the exit status."""
     for part in ("airflow", "warehouse", "landing"):
         shutil.rmtree(root / part, ignore_errors=True)
+    root.mkdir(parents=True, exist_ok=True)
     _configure(root)
     print(f"[1/5] airflow db migrate (AIRFLOW_HOME={root / 'airflow'})", flush=True)
     _airflow("db", "migrate")
@@ -101,13 +124,13 @@ def run(root: Path, hours: int) -> int:
     _airflow("connections", "add", "spark_default", "--conn-type", "spark", "--conn-host", "local[*]")
 
     sys.path.insert(0, str(REPO))
-    from framework import Runtime, spark_session
+    from framework import Runtime
     from jobs import sample_data
     from jobs.user_alerts import PIPELINE
 
     end = START + dt.timedelta(hours=hours)
     print(f"[3/5] sample data: events that arrived in [{START}, {end})", flush=True)
-    spark = spark_session("finalresults-demo")
+    spark = _spark(root / "spark-demo.log")
     counts = sample_data.generate(spark, str(root / "landing"), START, end, tables=("user_events",))
     print(f"      {counts['user_events']} records in {root / 'landing' / 'user_events'}", flush=True)
 

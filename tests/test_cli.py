@@ -1,5 +1,6 @@
 """The command line: --help everywhere, one-line errors with exit 1, and a backfill end to end."""
 import datetime as dt
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,7 +83,7 @@ def test_backfill_status_validate(spark, tmp_path, capsys, monkeypatch):
     assert "last batch     2026-01-01T02:00:00 (seq 3)" in status and "open windows" in status
 
     assert main(["validate", ALERTS, "--warehouse", warehouse]) == 0
-    assert capsys.readouterr().out.count("PASS") == 4
+    assert re.search(r"(\d+) of \1 expectations passed", capsys.readouterr().out)
 
     pipeline = load_job(ALERTS).PIPELINE
     one_batch = Runtime(spark, str(tmp_path / "one_batch"))
