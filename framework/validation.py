@@ -1,0 +1,40 @@
+"""Validating a pipeline's committed results table: the Airflow quality-gate task and
+``finalresults validate``.
+
+Each batch already audits its own rows before publishing them (``framework.quality.gate``);
+this checks the whole table as readers see it, with the pipeline's Great Expectations suite
+(``expectations/``), and records the outcome in ``<warehouse>/quality_results`` and Data Docs.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .errors import FrameworkError
+from .topology import Pipeline
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from .quality import Report
+
+
+def validate_results(spark: SparkSession, p: Pipeline, warehouse: str) -> Report | None:
+    """The validation report of ``p``'s committed results, or None when no batch emitted any yet.
+
+    Batches that closed no window leave nothing to check: a healthy young pipeline, not a
+    failure. No committed batch at all is an error (FrameworkError).
+    """
+    from pyspark.sql import functions as F
+
+    from . import quality, state
+    from .runtime import Runtime
+
+    rt = Runtime(spark, warehouse)
+    ledger = rt.tables(p).ledger
+    last = (rt.ledger(p).filter("status = 'committed'").orderBy(F.desc("seq")).limit(1).collect()
+            if state.exists(spark, ledger) else [])
+    if not last:
+        raise FrameworkError(f"pipeline {p.name!r}: no committed batch under {warehouse}: nothing to validate")
+    if last[0].output_version is None:
+        return None
+    return quality.validate_table(spark, p, rt.read_output(p), warehouse_root=warehouse)
