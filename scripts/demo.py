@@ -106,6 +106,7 @@ def _report(rt, pipeline, last, root: Path) -> None:
         print(f"  {name:<36} {last[column]}")
     print("\nwhere things are:")
     for label, path in [("results", rt.tables(pipeline).output), ("pipeline state", rt.tables(pipeline).root),
+                        ("quality docs", root / "warehouse" / "data_docs" / "index.html"),
                         ("landing", root / "landing"), ("airflow home", root / "airflow"),
                         ("spark log", root / "spark-demo.log")]:
         print(f"  {label:<15} {path}")
