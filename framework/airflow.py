@@ -39,7 +39,11 @@ DELTA_PACKAGE = f"io.delta:delta-spark_2.13:{version('delta-spark')}"
 
 
 def quality_gate(job: str, warehouse: str) -> None:
-    """Task callable: validate the job's committed results table; fail the task listing violations."""
+    """Task callable: validate the job's committed results table; fail the task listing violations.
+
+    It reads the table with a Spark session of the Airflow worker ($SPARK_MASTER, else local[*]),
+    not through ``spark_default``: the check is a few scans of one results table.
+    """
     from .session import spark_session
     from .validation import validate_results
 

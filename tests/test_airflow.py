@@ -78,11 +78,12 @@ def test_a_cron_schedule_gets_a_cron_interval_timetable(dagbag):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # three spark-submits: minutes on a busy 2-core machine
 def test_three_airflow_runs_give_the_one_batch_final_rows(spark, tmp_path):
     """The demo drives Airflow (db migrate, connection, dag.test per hour) on its own home."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "FINALRESULTS"))}
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "demo.py"), "--root", str(tmp_path), "--hours", "3"],
-                          capture_output=True, text=True, env=env, timeout=840)
+                          capture_output=True, text=True, env=env, timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     from framework import Runtime
