@@ -35,6 +35,7 @@ from .windows import SlidingWindows
 
 log = logging.getLogger("framework.runtime")
 
+SCAN_RECORDS_PER_PARTITION = 200_000  # below this a batch's stream-time scan runs as one task
 WRITE_POINTS = ("ledger_start", "state", "records", "output", "late_records", "metrics", "ledger_commit")
 
 
@@ -185,7 +186,9 @@ class Runtime:
             self._ledger_row(seq, batch_id, "started", attempt, inp, stb, None, {}, p),
             t.ledger, f"{p.name}.ledger.start", seq))
         order = arrival_order(inp.frame, "_ts", p.arrival, p.keys)
-        records, sta = with_stream_time(inp.frame, order, "_ts", seq, stb, p.lateness == "record", self.partitions)
+        parallelism = max(1, min(self.partitions, inp.count // SCAN_RECORDS_PER_PARTITION))
+        records, sta = with_stream_time(inp.frame, order, "_ts", seq, stb, p.lateness == "record", parallelism,
+                                        inp.max_ts)
         if p.idle_advance_ms is not None and batch_end is not None:
             clock = int((batch_end.replace(tzinfo=None) - dt.datetime(1970, 1, 1)).total_seconds() * 1000)
             sta = max(x for x in (sta, clock - p.idle_advance_ms) if x is not None)
@@ -228,7 +231,8 @@ class Runtime:
         self._write("metrics", lambda: state.append(metrics.frame(self.spark, p.name, batch_id, seq, values),
                                                     t.metrics, f"{p.name}.metrics", seq))
         versions = {"state": state.latest_version(self.spark, t.state),
-                    "records": state.latest_version(self.spark, t.records),
+                    "records": state.latest_version(self.spark, t.records)
+                    if isinstance(p.windows, SlidingWindows) else None,
                     "output": state.latest_version(self.spark, t.output) if n_rows or last is None
                     else last.output_version}
         self._write("ledger_commit", lambda: state.append(

@@ -27,6 +27,7 @@ class BatchInput:
 
     frame: DataFrame
     count: int
+    max_ts: int | None
     fingerprint: str
     schema_json: str
 
@@ -73,6 +74,7 @@ def read_batch(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: str |
         F.sum(F.when(raw.isNull(), 1).otherwise(0)).alias("null_ts"),
         F.sum(F.when(raw.isNotNull() & F.col("_ts").isNull(), 1).otherwise(0)).alias("bad_ts"),
         F.sum(F.when(F.col("_ts") < 0, 1).otherwise(0)).alias("pre_epoch"),
+        F.max("_ts").alias("max_ts"),
         F.first(F.when(raw.isNotNull() & F.col("_ts").isNull(), raw.cast("string")), ignorenulls=True).alias("bad_example"),
         *[F.sum(F.when(F.col(k).isNull(), 1).otherwise(0)).alias(f"null_{i}") for i, k in enumerate(p.keys)],
         F.sum(F.xxhash64(*[F.col(c) for c in columns]).cast("decimal(38,0)")).alias("h"),
@@ -92,4 +94,4 @@ def read_batch(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: str |
             raise InputError(f"{where}: {row[f'null_{i}']} record(s) have a null group key {k!r}. "
                              "Fill or filter them upstream; nothing was committed.")
     schema_json = json.dumps({f.name: f.dataType.simpleString() for f in df.schema.fields}, sort_keys=True)
-    return BatchInput(frame, row["n"], f"{row['n']}:{row['h'] or 0}", schema_json)
+    return BatchInput(frame, row["n"], row["max_ts"], f"{row['n']}:{row['h'] or 0}", schema_json)

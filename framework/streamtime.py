@@ -32,20 +32,27 @@ def arrival_order(df: DataFrame, timestamp_ms: str, arrival: str | None, keys: t
 
 
 def with_stream_time(df: DataFrame, order: list[str], timestamp_ms: str, seq: int,
-                     stream_time_before: int | None, per_record: bool, partitions: int) -> tuple[DataFrame, int | None]:
+                     stream_time_before: int | None, per_record: bool, partitions: int,
+                     batch_max: int | None) -> tuple[DataFrame, int | None]:
     """Add ``_ord`` (struct of batch seq and position) and ``_sb`` (stream time before the record).
 
-    Returns the checkpointed frame and the stream time after the batch. With
+    ``partitions`` is the scan's parallelism (1 for small batches); ``batch_max`` is the batch's
+    largest event time, known from input validation. Returns the checkpointed
+    frame and the stream time after the batch. With
     ``per_record=False`` (lateness="batch") every record is judged against the stream time
     before the batch, as Structured Streaming's watermark does.
     """
     spark = df.sparkSession
     prev = NO_TIME if stream_time_before is None else stream_time_before
-    ranged = (df.repartitionByRange(partitions, *order)
-              .withColumn("_part", F.spark_partition_id())
-              .localCheckpoint(eager=True))
-    stats = sorted(ranged.groupBy("_part").agg(F.max(timestamp_ms).alias("m"), F.count(F.lit(1)).alias("n"))
-                   .collect())
+    if partitions > 1:
+        ranged = (df.repartitionByRange(partitions, *order)
+                  .withColumn("_part", F.spark_partition_id())
+                  .localCheckpoint(eager=True))
+        stats = sorted(ranged.groupBy("_part").agg(F.max(timestamp_ms).alias("m"), F.count(F.lit(1)).alias("n"))
+                       .collect())
+    else:  # a small batch: one partition, no sampling or per-partition statistics needed
+        ranged = df.repartition(1).withColumn("_part", F.lit(0))
+        stats = []
     prefix_rows, running_max, offset = [], prev, 0
     for part, part_max, count in stats:
         prefix_rows.append((part, running_max, offset))
@@ -60,5 +67,7 @@ def with_stream_time(df: DataFrame, order: list[str], timestamp_ms: str, seq: in
            .withColumn("_ord", F.struct(F.lit(seq).cast("long").alias("seq"),
                                         (F.col("_offset") + F.row_number().over(w) - 1).cast("long").alias("pos")))
            .drop("_part", "_before", "_offset"))
+    if partitions == 1 and batch_max is not None:
+        running_max = max(prev, batch_max)
     after = None if running_max == NO_TIME else running_max
     return out.localCheckpoint(eager=True), after
