@@ -121,20 +121,6 @@ def summary(result: BatchResult) -> str:
             f"late {result.dropped_late}, stream time {result.stream_time}")
 
 
-def submitted_master() -> str | None:
-    """The master spark-submit was given, when this process was started by spark-submit.
-
-    ``spark_session()`` sets a master explicitly (``$SPARK_MASTER`` or ``local[*]``), which would
-    override spark-submit's ``--master`` (and so the Airflow connection's master).
-    """
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        return None
-    from pyspark import SparkConf, SparkContext
-
-    SparkContext._ensure_initialized()
-    return SparkConf().get("spark.master", None)
-
-
 def _arguments(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=(
         "Run one batch of this pipeline: the landing records that arrived in [--batch-start, --batch-end)."))
@@ -154,7 +140,7 @@ def main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> int:
     try:
         start, end = parse_time(args.batch_start, "--batch-start"), parse_time(args.batch_end, "--batch-end")
         check_interval(pipeline, start, end)
-        spark = spark_session(f"finalresults-{pipeline.name}", master=submitted_master())
+        spark = spark_session(f"finalresults-{pipeline.name}")
         print(summary(run_interval(spark, pipeline, table, start, end, args.warehouse, args.landing)))
         return 0
     except FrameworkError as e:

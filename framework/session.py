@@ -28,8 +28,8 @@ def spark_session(app_name: str = "finalresults", master: str | None = None,
                   conf: dict[str, str] | None = None, ui: bool = False) -> SparkSession:
     """A SparkSession with Delta Lake enabled.
 
-    The master is ``master``, else ``$SPARK_MASTER``, else ``local[*]``; ``conf`` overrides any
-    setting. The Spark UI is off unless ``ui=True`` (tests and CI never need it).
+    The master is ``master``, else ``$SPARK_MASTER``, else spark-submit's ``--master`` when run
+    under spark-submit, else ``local[*]``; ``conf`` overrides any setting. The Spark UI is off unless ``ui=True`` (tests and CI never need it).
 
     Example::
 
@@ -41,7 +41,12 @@ def spark_session(app_name: str = "finalresults", master: str | None = None,
     # Python workers must run the interpreter that has pyarrow/pandas (this virtualenv).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name).master(master or os.environ.get("SPARK_MASTER", "local[*]"))
+    builder = SparkSession.builder.appName(app_name)
+    chosen = master or os.environ.get("SPARK_MASTER")
+    if chosen is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        chosen = "local[*]"  # under spark-submit (gateway already up) its --master is kept
+    if chosen:
+        builder = builder.master(chosen)
     settings = dict(DEFAULT_CONF, **{"spark.ui.enabled": str(ui).lower()}, **(conf or {}))
     for key, value in settings.items():
         builder = builder.config(key, value)
