@@ -26,8 +26,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import engine, metrics, sinks, state
-from .errors import (BatchOrderError, BufferFullError, DefinitionError, FingerprintMismatchError,
-                     FrameworkError)
+from .errors import (BatchOrderError, BufferFullError, ConcurrentBatchError, DefinitionError,
+                     FingerprintMismatchError, FrameworkError)
 from .sources import read_batch
 from .streamtime import arrival_order, with_stream_time
 from .topology import Pipeline
@@ -181,6 +181,7 @@ class Runtime:
                                   "State cannot be reinterpreted; create a pipeline with a new name.")
 
         attempt = uuid.uuid4().hex
+        self._current = f"{p.name!r}, batch {batch_id!r}"
         stb = last.stream_time if last else None
         self._write("ledger_start", lambda: state.append(
             self._ledger_row(seq, batch_id, "started", attempt, inp, stb, None, {}, p),
@@ -247,7 +248,14 @@ class Runtime:
     # ---- helpers ---------------------------------------------------------------------------
     def _write(self, point: str, action: Callable[[], None]) -> None:
         self._before_write(point)
-        action()
+        try:
+            action()
+        except Exception as e:  # Delta reports a lost race as Concurrent*Exception
+            if "Concurrent" not in type(e).__name__ + str(e)[:300]:
+                raise
+            raise ConcurrentBatchError(
+                f"pipeline {self._current}: another runner wrote {point!r} at the same time; this attempt "
+                "stopped. Re-run the batch: it completes idempotently or reports 'already committed'.") from e
 
     def _as_of(self, path: str, version: int | None) -> DataFrame | None:
         return None if version is None else state.read(self.spark, path, version)
