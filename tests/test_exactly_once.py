@@ -41,7 +41,7 @@ def snapshot(rt, p):
         df = spark.read.format("delta").load(path)
         return sorted(map(str, df.drop(*drop).collect()))
     out = {"output": rows(t.output), "late": rows(t.late),
-           "metrics": rows(t.metrics, ["batch_duration_ms"]),
+           "metrics": rows(t.metrics, ["batch_duration_ms", "pipeline"]),
            "ledger": rows(t.ledger, ["attempt", "at", "state_version", "records_version", "output_version"])}
     for name, path in (("state", t.state), ("records", t.records)):
         if spark._jvm is not None and __import__("framework.state", fromlist=["x"]).exists(spark, path):
