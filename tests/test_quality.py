@@ -141,3 +141,26 @@ def test_a_window_published_by_an_earlier_batch_fails_the_gate_and_the_table_che
          "2 of 3 rows unexpected")]
     with pytest.raises(QualityGateError, match=r"pipeline 'hourly_counts': 1 critical expectation\(s\) failed"):
         report.raise_for_failures()
+
+
+def test_run_batch_publishes_nothing_when_a_critical_expectation_fails_and_reruns_once_fixed(spark, tmp_path):
+    """Write-audit-publish inside run_batch: a failing critical expectation stops the batch (no
+    output, no state, no commit); after the suite is fixed the same batch runs and publishes."""
+    strict, fixed = tmp_path / "strict", tmp_path / "fixed"
+    for path, cap in ((strict, 1), (fixed, 10)):
+        path.mkdir()
+        (path / "gated.json").write_text(json.dumps({"name": "gated", "expectations": [
+            {"type": "expect_column_values_to_be_between", "kwargs": {"column": "n", "max_value": cap},
+             "meta": {"severity": "critical"}}]}))
+    p = (Pipeline("gated", timestamp="ts", arrival="seq").group_by("k")
+         .windowed_by(TimeWindows.of_size_and_grace(10, 0)).aggregate(agg.count("n"))
+         .suppress(Suppressed.until_window_closes(BufferConfig.unbounded())).to("out"))
+    warehouse = str(tmp_path / "lake")
+    batch = frame(spark, [("A", 1, 1), ("A", 2, 1), ("A", 30, 1)])
+    with pytest.raises(QualityGateError, match=r"expect_column_values_to_be_between.*n"):
+        Runtime(spark, warehouse, expectations=str(strict)).run_batch(p, "b0", batch)
+    rt = Runtime(spark, warehouse, expectations=str(fixed))
+    assert rt.ledger(p).filter("status = 'committed'").count() == 0
+    assert not os.path.exists(rt.tables(p).output) and not os.path.exists(rt.tables(p).state)
+    assert rt.run_batch(p, "b0", batch).status == "committed"
+    assert [(r.k, r.n) for r in rt.read_output(p).collect()] == [("A", 2)]
