@@ -59,7 +59,7 @@ def _check(spark, kind, data):
 
 
 def _property(kind):
-    @settings(max_examples=3, deadline=None, derandomize=True, database=None,
+    @settings(max_examples=2, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
     @given(data=streams())
     def test(spark, data):
