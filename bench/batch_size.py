@@ -19,11 +19,11 @@ from framework import BufferConfig, Pipeline, Runtime, Suppressed, TimeWindows, 
 
 def batch(spark, index: int, records: int, keys: int, span_ms: int):
     """``records`` events over ``keys`` keys, event times spread over ``span_ms`` with jitter."""
-    base = index * span_ms
+    base = (index + 1) * span_ms
     return (spark.range(records)
             .select((F.col("id") + index * records).alias("seq"),
                     (F.col("id") % keys).cast("string").alias("user_id"),
-                    F.timestamp_millis(F.lit(base) + F.col("id") * span_ms // records
+                    F.timestamp_millis(F.lit(base) + F.floor(F.col("id") * span_ms / records).cast("long")
                                        - (F.col("id") * 7919 % 600_000)).alias("ts"),
                     (F.col("id") % 100).alias("amount")))
 
