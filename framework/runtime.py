@@ -279,7 +279,7 @@ class Runtime:
         changes = kept(outcome.state_changes)
         columns = [c for c in changes.columns if c != "_gone"]
         state.create(self.spark, path, changes.select(*columns).schema, partition_by="_bucket")
-        ident = [*p.keys] + (["window_start"] if p.windows is not None else [])
+        ident = p.identity
         on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in ident)
         due = f"s._close <= {sta if sta is not None else engine.NO_TIME}"
         values = {f"`{c}`": f"s.`{c}`" for c in columns}

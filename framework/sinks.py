@@ -43,7 +43,7 @@ def publish(p: Pipeline, rows: DataFrame, path: str, app_id: str, seq: int) -> N
         return
     if not state.exists(spark, path):
         state.create(spark, path, rows.drop("_gone").schema)
-    ident = [*p.keys] + (["window_start"] if p.windows is not None else [])
+    ident = p.identity
     on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in ident)
     columns = {f"`{c}`": f"s.`{c}`" for c in rows.columns if c != "_gone"}
     with state.idempotent(spark, app_id, seq):

@@ -160,6 +160,11 @@ class Pipeline:
         """True when the sink receives final results only (one row per key and window)."""
         return self.suppression is not None and self.suppression.mode == "until_window_closes"
 
+    @property
+    def identity(self) -> list[str]:
+        """Columns that identify one result row: the keys, and the window start when windowed."""
+        return [*self.keys] + (["window_start"] if self.windows is not None else [])
+
     def check_complete(self) -> "Pipeline":
         """Raise unless the pipeline is ready to run (has group_by, aggregate and to)."""
         self._need("run", "group_by", "aggregate", "to")
