@@ -4,13 +4,14 @@
    ids must increase; a started-but-unfinished batch must be finished first.
 2. Validate the input (one pass), append a *started* ledger row.
 3. Plan the batch from state as of the last committed batch (Delta time travel).
-4. Write, each idempotently (txnAppId = pipeline.table, txnVersion = batch seq): window state,
+4. Write each table at most once (commits tagged with the batch, see ``state``): window state,
    kept records, results, late records, metrics.
 5. Append the *committed* ledger row: the commit point. Readers of ``read_output`` see results
    as of the last committed batch.
 
 A crash between any two writes leaves the ledger at the previous batch; re-running the batch
-replans from the same state and skips the writes that already landed.
+replans from the same state and skips the writes that already landed. Of two runners of one
+batch, the one whose *started* row lands claims it; the other stops before writing anything.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from .windows import SlidingWindows
 log = logging.getLogger("framework.runtime")
 
 SCAN_RECORDS_PER_PARTITION = 200_000  # below this a batch's stream-time scan runs as one task
+ATTEMPTS = 1_000_000  # ledger 'started' rows: txnVersion = seq * ATTEMPTS + earlier attempts of the batch
 WRITE_POINTS = ("ledger_start", "state", "records", "output", "late_records", "metrics", "ledger_commit")
 
 
@@ -72,6 +74,13 @@ def _to_time(ms: int | None) -> dt.datetime | None:
     return None if ms is None else dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=ms)
 
 
+def _millis(t: dt.datetime) -> int:
+    """Epoch milliseconds of ``t`` (naive times are UTC, as the session's time zone)."""
+    if t.tzinfo is not None:
+        t = t.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return (t - dt.datetime(1970, 1, 1)) // dt.timedelta(milliseconds=1)
+
+
 def _definition(p: Pipeline) -> str:
     """The parts of a pipeline that state depends on; changing them needs a new pipeline."""
     w = p.windows.describe() if p.windows is not None else "none"
@@ -85,6 +94,8 @@ class Runtime:
     critical expectation of the pipeline's suite (``expectations/``) stops the batch with a
     ``QualityGateError`` and nothing is committed. ``quality=False`` skips the audit.
     ``bucket`` is the width of the close-time buckets that partition window state.
+    ``max_clock_skew`` refuses a batch holding event times later than the clock (the batch's
+    ``batch_end``, else now) plus this skew; ``None`` accepts any time.
 
     Example::
 
@@ -95,12 +106,14 @@ class Runtime:
 
     def __init__(self, spark: SparkSession, warehouse: str, bucket: dt.timedelta = dt.timedelta(hours=1),
                  quality: bool = True, expectations: str | None = None,
-                 before_write: Callable[[str], None] | None = None):
+                 before_write: Callable[[str], None] | None = None,
+                 max_clock_skew: dt.timedelta | None = dt.timedelta(days=1)):
         self.spark = spark
         self.warehouse = warehouse
         self.bucket_ms = bucket // dt.timedelta(milliseconds=1)
         self.quality, self.expectations = quality, expectations
         self._before_write = before_write or (lambda point: None)
+        self.max_clock_skew = max_clock_skew
         self.partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
 
     def tables(self, p: Pipeline) -> state.Tables:
@@ -157,7 +170,7 @@ class Runtime:
         last = max(committed.values(), key=lambda r: r.seq, default=None)
         where = f"pipeline {p.name!r}, batch {batch_id!r}"
 
-        inp = read_batch(p, batch_id, input_df, last.input_schema if last else None)
+        inp = read_batch(p, batch_id, input_df, last.input_schema if last else None, self._latest_ms(batch_end))
         if batch_id in committed:
             done = committed[batch_id]
             if done.fingerprint != inp.fingerprint:
@@ -183,16 +196,24 @@ class Runtime:
         attempt = uuid.uuid4().hex
         self._current = f"{p.name!r}, batch {batch_id!r}"
         stb = last.stream_time if last else None
-        self._write("ledger_start", lambda: state.append(
+        earlier = {r.attempt for r in rows if r.status == "started" and r.seq == seq}
+        self._write("ledger_start", lambda: state.append_exclusive(
             self._ledger_row(seq, batch_id, "started", attempt, inp, stb, None, {}, p),
-            t.ledger, f"{p.name}.ledger.start", seq))
+            t.ledger, state.WriteId(f"{p.name}.ledger.start", seq * ATTEMPTS + len(earlier)), attempt))
+        if not state.committed_by(self.spark, t.ledger, attempt):
+            raise ConcurrentBatchError(
+                f"{where}: another runner started this batch at the same time; this attempt stopped before "
+                "writing. Re-run the batch: it completes or reports 'already committed'.")
+
+        def wid(table: str) -> state.WriteId:
+            return state.WriteId(f"{p.name}.{table}", seq, resumed=bool(earlier))
+
         order = arrival_order(inp.frame, "_ts", p.arrival, p.keys)
         parallelism = max(1, min(self.partitions, inp.count // SCAN_RECORDS_PER_PARTITION))
         records, sta = with_stream_time(inp.frame, order, "_ts", seq, stb, p.lateness == "record", parallelism,
                                         inp.max_ts)
         if p.idle_advance_ms is not None and batch_end is not None:
-            clock = int((batch_end.replace(tzinfo=None) - dt.datetime(1970, 1, 1)).total_seconds() * 1000)
-            sta = max(x for x in (sta, clock - p.idle_advance_ms) if x is not None)
+            sta = max(x for x in (sta, _millis(batch_end) - p.idle_advance_ms) if x is not None)
         batch = engine.Batch(p, seq, records, stb, sta,
                              self._as_of(t.state, last.state_version if last else None),
                              self._as_of(t.records, last.records_version if last else None),
@@ -210,16 +231,16 @@ class Runtime:
             quality.gate(self.spark, p, rows_out.drop("_gone"), published, batch_id, self.warehouse,
                          expectations_dir=self.expectations)
 
-        self._write("state", lambda: self._write_state(p, outcome, seq, sta, kept))
-        self._write("records", lambda: self._write_records(p, outcome, seq))
+        self._write("state", lambda: self._write_state(p, outcome, wid("state"), sta, kept))
+        self._write("records", lambda: self._write_records(p, outcome, wid("records")))
         if n_rows:
-            self._write("output", lambda: sinks.publish(p, rows_out, t.output, f"{p.name}.output", seq))
+            self._write("output", lambda: sinks.publish(p, rows_out, t.output, wid("output")))
         if counts.get("late_records"):
             late = outcome.late.select(*p.keys, F.timestamp_millis("_ts").alias("event_time"),
                                        F.timestamp_millis("_sb").alias("stream_time_before"),
                                        F.lit(batch_id).alias("batch_id"), F.lit(seq).cast("long").alias("seq"),
                                        F.to_json(F.struct(*[F.col(c) for c in input_df.columns])).alias("record"))
-            self._write("late_records", lambda: state.append(late, t.late, f"{p.name}.late", seq))
+            self._write("late_records", lambda: state.append(late, t.late, wid("late")))
 
         closed = outcome.closed.count()
         kept.release()
@@ -230,7 +251,7 @@ class Runtime:
                       suppression_buffer_count_max=(open_now + closed) if final else None,
                       stream_time=_to_time(sta), batch_duration_ms=int((time.monotonic() - started_at) * 1000))
         self._write("metrics", lambda: state.append(metrics.frame(self.spark, p.name, batch_id, seq, values),
-                                                    t.metrics, f"{p.name}.metrics", seq))
+                                                    t.metrics, wid("metrics")))
         versions = {"state": state.latest_version(self.spark, t.state),
                     "records": state.latest_version(self.spark, t.records)
                     if isinstance(p.windows, SlidingWindows) else None,
@@ -238,11 +259,9 @@ class Runtime:
                     else last.output_version}
         self._write("ledger_commit", lambda: state.append(
             self._ledger_row(seq, batch_id, "committed", attempt, inp, stb, sta, versions, p),
-            t.ledger, f"{p.name}.ledger.commit", seq))
-        winner = state.read(self.spark, t.ledger).filter(f"status = 'committed' AND seq = {seq}").collect()[0]
-        status = "committed" if winner.attempt == attempt else "already committed"
-        log.info("%s: %s seq=%d emitted=%d stream_time=%s", where, status, seq, n_rows, _to_time(sta))
-        return BatchResult(p.name, batch_id, seq, status, n_rows, int(counts.get("late_records") or 0),
+            t.ledger, state.WriteId(f"{p.name}.ledger.commit", seq)))
+        log.info("%s: committed seq=%d emitted=%d stream_time=%s", where, seq, n_rows, _to_time(sta))
+        return BatchResult(p.name, batch_id, seq, "committed", n_rows, int(counts.get("late_records") or 0),
                            _to_time(sta), values)
 
     # ---- helpers ---------------------------------------------------------------------------
@@ -257,6 +276,13 @@ class Runtime:
                 f"pipeline {self._current}: another runner wrote {point!r} at the same time; this attempt "
                 "stopped. Re-run the batch: it completes idempotently or reports 'already committed'.") from e
 
+    def _latest_ms(self, batch_end: dt.datetime | None) -> int | None:
+        """The latest event time a batch may hold (SPEC 4: far-future times are refused)."""
+        if self.max_clock_skew is None:
+            return None
+        clock = batch_end or dt.datetime.now(dt.timezone.utc)
+        return _millis(clock + self.max_clock_skew)
+
     def _as_of(self, path: str, version: int | None) -> DataFrame | None:
         return None if version is None else state.read(self.spark, path, version)
 
@@ -266,13 +292,14 @@ class Runtime:
                inp.schema_json, _definition(p), dt.datetime.now(dt.timezone.utc).replace(tzinfo=None))
         return self.spark.createDataFrame([row], state.LEDGER_SCHEMA)
 
-    def _write_state(self, p: Pipeline, outcome: engine.Outcome, seq: int, sta: int | None, kept) -> None:
-        path, app = self.tables(p).state, f"{p.name}.state"
+    def _write_state(self, p: Pipeline, outcome: engine.Outcome, wid: state.WriteId, sta: int | None,
+                     kept) -> None:
+        path = self.tables(p).state
         if outcome.state_rewrite is not None:
             rows, replaced = outcome.state_rewrite
             rows = kept(rows)
             state.create(self.spark, path, rows.schema, partition_by="_bucket")
-            state.rewrite(rows, path, replaced, app, seq)
+            state.rewrite(rows, path, replaced, wid)
             return
         if outcome.state_changes is None:
             return
@@ -283,26 +310,25 @@ class Runtime:
         on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in ident)
         due = f"s._close <= {sta if sta is not None else engine.NO_TIME}"
         values = {f"`{c}`": f"s.`{c}`" for c in columns}
-        with state.idempotent(self.spark, app, seq):
-            (DeltaTable.forPath(self.spark, path).alias("t").merge(changes.alias("s"), on)
-             .whenMatchedDelete(f"s._gone OR {due}")
-             .whenMatchedUpdate(set=values)
-             .whenNotMatchedInsert(condition=f"NOT s._gone AND NOT ({due})", values=values)
-             .execute())
+        state.once(self.spark, path, wid, lambda: (
+            DeltaTable.forPath(self.spark, path).alias("t").merge(changes.alias("s"), on)
+            .whenMatchedDelete(f"s._gone OR {due}")
+            .whenMatchedUpdate(set=values)
+            .whenNotMatchedInsert(condition=f"NOT s._gone AND NOT ({due})", values=values)
+            .execute()))
 
-    def _write_records(self, p: Pipeline, outcome: engine.Outcome, seq: int) -> None:
+    def _write_records(self, p: Pipeline, outcome: engine.Outcome, wid: state.WriteId) -> None:
         if outcome.new_records is None:
             return
         path = self.tables(p).records
         new = outcome.new_records.withColumn("_tbucket", F.floor(F.col("_ts") / self.bucket_ms).cast("long"))
         state.create(self.spark, path, new.schema, partition_by="_tbucket")
         values = {f"`{c}`": f"s.`{c}`" for c in new.columns}
-        with state.idempotent(self.spark, f"{p.name}.records", seq):
-            merge = (DeltaTable.forPath(self.spark, path).alias("t")
-                     .merge(new.alias("s"), "t._ord = s._ord").whenNotMatchedInsert(values=values))
-            if outcome.records_cutoff is not None:
-                merge = merge.whenNotMatchedBySourceDelete(f"t._ts < {outcome.records_cutoff}")
-            merge.execute()
+        merge = (DeltaTable.forPath(self.spark, path).alias("t")
+                 .merge(new.alias("s"), "t._ord = s._ord").whenNotMatchedInsert(values=values))
+        if outcome.records_cutoff is not None:
+            merge = merge.whenNotMatchedBySourceDelete(f"t._ts < {outcome.records_cutoff}")
+        state.once(self.spark, path, wid, merge.execute)
 
     def _check_buffer(self, p: Pipeline, batch_id: str, held: int) -> None:
         """Strict bounded buffers (``max_records(n).shut_down_when_full()``) stop the batch

@@ -35,20 +35,20 @@ def shape(p: Pipeline, results: DataFrame, batch_id: str, stream_time: int | Non
     return df.withColumn("emitted_batch_id", F.lit(batch_id)).withColumn("emitted_stream_time", stamp)
 
 
-def publish(p: Pipeline, rows: DataFrame, path: str, app_id: str, seq: int) -> None:
+def publish(p: Pipeline, rows: DataFrame, path: str, wid: state.WriteId) -> None:
     """Write a batch's sink rows exactly once (idempotent under re-runs)."""
     spark = rows.sparkSession
     if p.suppressed_final:
-        state.append(rows.drop("_gone"), path, app_id, seq)
+        state.append(rows.drop("_gone"), path, wid)
         return
     if not state.exists(spark, path):
         state.create(spark, path, rows.drop("_gone").schema)
     ident = p.identity
     on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in ident)
     columns = {f"`{c}`": f"s.`{c}`" for c in rows.columns if c != "_gone"}
-    with state.idempotent(spark, app_id, seq):
-        (DeltaTable.forPath(spark, path).alias("t").merge(rows.alias("s"), on)
-         .whenMatchedDelete("s._gone")
-         .whenMatchedUpdate(set=columns)
-         .whenNotMatchedInsert(condition="NOT s._gone", values=columns)
-         .execute())
+    state.once(spark, path, wid, lambda: (
+        DeltaTable.forPath(spark, path).alias("t").merge(rows.alias("s"), on)
+        .whenMatchedDelete("s._gone")
+        .whenMatchedUpdate(set=columns)
+        .whenNotMatchedInsert(condition="NOT s._gone", values=columns)
+        .execute()))

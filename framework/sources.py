@@ -5,6 +5,7 @@ or written, and reported as an ``InputError`` naming the pipeline, the batch and
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import dataclass
 
@@ -62,8 +63,16 @@ def _check_columns(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: s
                                  f"batches and is {now} now (schema drift). Cast it back, or start a new pipeline.")
 
 
-def read_batch(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: str | None) -> BatchInput:
-    """Validate ``df`` for pipeline ``p`` and add ``_ts``; raises InputError on bad input."""
+def _iso(ms: int) -> str:
+    return (dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=ms)).isoformat(sep=" ")
+
+
+def read_batch(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: str | None,
+               latest_ms: int | None = None) -> BatchInput:
+    """Validate ``df`` for pipeline ``p`` and add ``_ts``; raises InputError on bad input.
+
+    ``latest_ms`` is the latest plausible event time (the clock plus the allowed skew): one
+    record from the far future would advance stream time and close every open window."""
     _check_columns(p, batch_id, df, previous_schema)
     raw = F.col(p.timestamp)
     parsed = F.try_to_timestamp(raw) if isinstance(df.schema[p.timestamp].dataType, T.StringType) else raw.cast("timestamp")
@@ -74,6 +83,7 @@ def read_batch(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: str |
         F.sum(F.when(raw.isNull(), 1).otherwise(0)).alias("null_ts"),
         F.sum(F.when(raw.isNotNull() & F.col("_ts").isNull(), 1).otherwise(0)).alias("bad_ts"),
         F.sum(F.when(F.col("_ts") < 0, 1).otherwise(0)).alias("pre_epoch"),
+        F.sum(F.when(F.col("_ts") > F.lit(latest_ms), 1).otherwise(0)).alias("future"),
         F.max("_ts").alias("max_ts"),
         F.first(F.when(raw.isNotNull() & F.col("_ts").isNull(), raw.cast("string")), ignorenulls=True).alias("bad_example"),
         *[F.sum(F.when(F.col(k).isNull(), 1).otherwise(0)).alias(f"null_{i}") for i, k in enumerate(p.keys)],
@@ -89,6 +99,11 @@ def read_batch(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: str |
     if row["pre_epoch"]:
         raise InputError(f"{where}: {row['pre_epoch']} record(s) have an event time before 1970-01-01 in "
                          f"column {p.timestamp!r}; windows start at the epoch. Nothing was committed.")
+    if row["future"]:
+        raise InputError(f"{where}: {row['future']} record(s) have an event time in column {p.timestamp!r} "
+                         f"after {_iso(latest_ms)} (the clock plus max_clock_skew), the latest at "
+                         f"{_iso(row['max_ts'])}; they would close every open window. Fix them upstream or raise "
+                         "Runtime(max_clock_skew=...); nothing was committed.")
     for i, k in enumerate(p.keys):
         if row[f"null_{i}"]:
             raise InputError(f"{where}: {row[f'null_{i}']} record(s) have a null group key {k!r}. "

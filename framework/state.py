@@ -10,20 +10,24 @@ Per pipeline, under ``<warehouse>/<pipeline>/``:
 - ``late_records`` records that landed in no window, with the stream time that made them late
 - ``metrics``      one row per batch (KIP-328 metric names, with ``_`` for ``-``)
 
-Every write of a batch is idempotent: Delta's ``txnAppId``/``txnVersion`` (app id =
-pipeline.table, version = batch sequence) make a repeated write a no-op, and a batch reads state
-as of the versions the ledger recorded for the previous batch. So a batch that died between any
-two writes, run again, ends exactly like a clean run.
+A batch writes each table at most once, and every commit is tagged with the batch
+(``userMetadata`` = ``<pipeline>.<table>@<seq>``). A batch reads state as of the versions the
+ledger recorded for the previous batch, so a batch that died between any two writes, run again,
+plans the same writes; a resumed batch skips a table whose last commit already carries its tag.
+Only the ledger's *started* row uses Delta's ``txnAppId``/``txnVersion``: it is a batch's claim
+and must hold against a concurrent runner (that check costs a log replay, so the other writes
+rely on the claim and the tag).
 """
 from __future__ import annotations
 
 import json
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Callable
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 LEDGER_SCHEMA = (
@@ -77,10 +81,18 @@ def read(spark: SparkSession, path: str, version: int | None = None) -> DataFram
 
 
 def latest_version(spark: SparkSession, path: str) -> int | None:
-    """The table's current version, or None if it does not exist yet."""
+    """The table's current version, or None if it does not exist yet (reads the log's listing,
+    no Spark job: ``DeltaLog.update`` with its default arguments, called from Python)."""
     if not exists(spark, path):
         return None
-    return DeltaTable.forPath(spark, path).history(1).select("version").collect()[0][0]
+    log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    return log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")()).version()
+
+
+def committed_by(spark: SparkSession, path: str, tag: str, recent: int = 5) -> bool:
+    """Whether one of the table's last ``recent`` commits carries ``tag`` as its userMetadata."""
+    return bool(DeltaTable.forPath(spark, path).history(recent).filter(F.col("userMetadata") == tag)
+                .limit(1).collect())
 
 
 def _nullable(schema: StructType) -> StructType:
@@ -101,34 +113,65 @@ def create(spark: SparkSession, path: str, schema: StructType | str, partition_b
     builder.execute()
 
 
-def append(df: DataFrame, path: str, app_id: str, version: int, partition_by: str | None = None) -> None:
-    """Append ``df`` once: a second append with the same app id and version is skipped."""
-    writer = (df.write.format("delta").mode("append")
-              .option("txnAppId", app_id).option("txnVersion", version))
+@dataclass(frozen=True)
+class WriteId:
+    """One write of one batch: ``app_id`` names pipeline and table, ``version`` the batch.
+    ``resumed`` says an earlier attempt of the batch may already have made this write."""
+
+    app_id: str
+    version: int
+    resumed: bool = False
+
+    @property
+    def tag(self) -> str:
+        return f"{self.app_id}@{self.version}"
+
+
+def _done(spark: SparkSession, path: str, wid: WriteId) -> bool:
+    """Whether the table's last commit is ``wid`` (batches of a pipeline write in sequence,
+    so an earlier attempt's write, if it landed, is the last commit)."""
+    return wid.resumed and exists(spark, path) and committed_by(spark, path, wid.tag, recent=1)
+
+
+def once(spark: SparkSession, path: str, wid: WriteId, write: Callable[[], None]) -> None:
+    """Run ``write`` (any Delta write or DML on ``path``) tagged with ``wid``, unless a
+    resumed batch finds it already made."""
+    if not _done(spark, path, wid):
+        tagged(spark, wid.tag, write)
+
+
+def tagged(spark: SparkSession, tag: str, write: Callable[[], None]) -> None:
+    """Run ``write`` with its commit's userMetadata set to ``tag``."""
+    spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", tag)
+    try:
+        write()
+    finally:
+        spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
+
+
+def append(df: DataFrame, path: str, wid: WriteId, partition_by: str | None = None) -> None:
+    """Append ``df`` once."""
+    writer = df.write.format("delta").mode("append")
     if partition_by:
         writer = writer.partitionBy(partition_by)
-    writer.save(path)
+    once(df.sparkSession, path, wid, lambda: writer.save(path))
 
 
-def rewrite(df: DataFrame, path: str, replaced: str, app_id: str, version: int) -> None:
+def append_exclusive(df: DataFrame, path: str, wid: WriteId, tag: str) -> None:
+    """Append ``df`` once even against a concurrent writer: Delta skips a repeated
+    ``txnAppId``/``txnVersion`` and fails the second of two racing commits. The commit, if
+    this call made it, carries ``tag`` (see ``committed_by``)."""
+    tagged(df.sparkSession, tag, lambda: df.write.format("delta").mode("append")
+           .option("txnAppId", wid.app_id).option("txnVersion", wid.version).save(path))
+
+
+def rewrite(df: DataFrame, path: str, replaced: str, wid: WriteId) -> None:
     """In one commit, once: remove the rows matching ``replaced`` and add ``df`` (whose rows
     may lie outside ``replaced``: new partials go to later buckets)."""
     spark = df.sparkSession
     spark.conf.set("spark.databricks.delta.replaceWhere.constraintCheck.enabled", "false")
     try:
-        (df.write.format("delta").mode("overwrite").option("replaceWhere", replaced)
-         .option("txnAppId", app_id).option("txnVersion", version).save(path))
+        once(spark, path, wid, lambda: df.write.format("delta").mode("overwrite")
+             .option("replaceWhere", replaced).save(path))
     finally:
         spark.conf.unset("spark.databricks.delta.replaceWhere.constraintCheck.enabled")
-
-
-@contextmanager
-def idempotent(spark: SparkSession, app_id: str, version: int):
-    """Make the Delta DML (MERGE/UPDATE/DELETE) run inside the block idempotent."""
-    spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
-    spark.conf.set("spark.databricks.delta.write.txnVersion", str(version))
-    try:
-        yield
-    finally:
-        spark.conf.unset("spark.databricks.delta.write.txnAppId")
-        spark.conf.unset("spark.databricks.delta.write.txnVersion")

@@ -9,7 +9,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 @pytest.fixture(scope="session")
 def spark():
     from framework import spark_session
-    session = spark_session("tests", master="local[2]")
+    # Test batches hold a handful of rows: compiling whole-stage code costs more than it saves.
+    session = spark_session("tests", master="local[2]", conf={"spark.sql.codegen.wholeStage": "false"})
     yield session
     session.stop()
 

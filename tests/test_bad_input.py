@@ -28,6 +28,8 @@ def assert_nothing_committed(rt, p):
      r"'null_key'.*'b0'.*null group key 'k'"),
     ("missing", lambda s: frame(s, [("A", 1, 1)]).drop("v"), r"'missing'.*'b0'.*no column 'v'"),
     ("pre_epoch", lambda s: frame(s, [("A", -5000, 1)]), r"'pre_epoch'.*'b0'.*before 1970"),
+    ("future", lambda s: frame(s, [("A", 1, 1), ("A", 4_102_444_800_000, 1)]),   # 2100-01-01
+     r"'future'.*'b0'.*1 record\(s\) have an event time .* after .*max_clock_skew.*2100-01-01"),
 ], ids=lambda x: x if isinstance(x, str) else "")
 def test_bad_records_are_refused_before_anything_is_written(spark, warehouse, case, make, pattern):
     rt, p = Runtime(spark, warehouse, quality=False), pipeline(case)

@@ -5,7 +5,7 @@ from datetime import timedelta as td
 import pytest
 from pyspark.sql import functions as F
 
-from framework import (BatchOrderError, BufferConfig, DefinitionError, FingerprintMismatchError, Pipeline,
+from framework import (BatchOrderError, BufferConfig, ConcurrentBatchError, DefinitionError, FingerprintMismatchError, Pipeline,
                        Runtime, SlidingWindows, Suppressed, TimeWindows, agg)
 from framework.runtime import WRITE_POINTS
 from harness import AGGREGATES, frame, in_parallel, results
@@ -33,13 +33,14 @@ def run(rt, p, index, batch=None):
 
 
 def snapshot(rt, p):
-    """Every table of the pipeline, minus what legitimately differs between runs."""
+    """Every table of the pipeline, minus what legitimately differs between runs (the ledger
+    keeps a *started* row per attempt: a re-run adds one with the same content)."""
     t = rt.tables(p)
     spark = rt.spark
 
     def rows(path, drop=()):
         df = spark.read.format("delta").load(path)
-        return sorted(map(str, df.drop(*drop).collect()))
+        return sorted(map(str, df.drop(*drop).distinct().collect()))
     out = {"output": rows(t.output), "late": rows(t.late),
            "metrics": rows(t.metrics, ["batch_duration_ms", "pipeline"]),
            "ledger": rows(t.ledger, ["attempt", "at", "state_version", "records_version", "output_version"])}
@@ -134,3 +135,32 @@ def test_empty_batch_commits_and_advances_nothing(spark, warehouse):
     first = run(rt, p, 0)
     empty = rt.run_batch(p, "b1", frame(spark, [], 3).limit(0))
     assert empty.status == "committed" and empty.stream_time == first.stream_time and empty.emitted == 0
+
+
+def test_two_runners_of_one_batch_at_once_commit_it_once(spark, warehouse):
+    """Both runners start together (separate Spark sessions, as two workers would be): one
+    commits, the other stops with ConcurrentBatchError or finds the batch committed."""
+    p = pipeline("racing")
+    run(Runtime(spark, warehouse, quality=False), p, 0)
+    gate = __import__("threading").Barrier(2)
+
+    def runner():
+        rt = Runtime(spark.newSession(), warehouse, quality=False,
+                     before_write=lambda at: at == "ledger_start" and gate.wait())
+        try:
+            return run(rt, p, 1).status
+        except ConcurrentBatchError as e:
+            assert "'racing'" in str(e) and "'b1'" in str(e)
+            return "refused"
+
+    outcomes = sorted(in_parallel([runner, runner]))
+    assert outcomes == ["committed", "refused"]
+    rt = Runtime(spark, warehouse, quality=False)
+    assert run(rt, p, 2).status == "committed"
+    ledger = rt.ledger(p).filter("status = 'committed'")
+    assert sorted(r.seq for r in ledger.collect()) == [1, 2, 3]
+
+    clean = pipeline("calm")
+    for i in range(3):
+        run(rt, clean, i)
+    assert results(rt, p) == results(rt, clean)
