@@ -7,8 +7,8 @@ The public API (SPEC section 9)::
                            Suppressed, BufferConfig, agg, Runtime, spark_session)
 """
 from . import aggregations as agg
-from .errors import (BatchOrderError, BufferFullError, ConcurrentBatchError, DefinitionError,
-                     FingerprintMismatchError, FrameworkError, InputError, QualityGateError)
+from .errors import (BatchFailedError, BatchOrderError, BufferFullError, ConcurrentBatchError,
+                     DefinitionError, FingerprintMismatchError, FrameworkError, InputError, QualityGateError)
 from .suppress import BufferConfig, Suppressed
 from .topology import Pipeline
 from .windows import SessionWindows, SlidingWindows, TimeWindows
@@ -30,5 +30,5 @@ def __getattr__(name: str):
 
 __all__ = ["Pipeline", "TimeWindows", "SlidingWindows", "SessionWindows", "Suppressed", "BufferConfig",
            "agg", "Runtime", "spark_session", "BatchResult", "FrameworkError", "DefinitionError",
-           "InputError", "BatchOrderError", "FingerprintMismatchError", "ConcurrentBatchError",
+           "InputError", "BatchFailedError", "BatchOrderError", "FingerprintMismatchError", "ConcurrentBatchError",
            "BufferFullError", "QualityGateError"]

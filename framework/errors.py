@@ -15,6 +15,11 @@ class InputError(FrameworkError, ValueError):
     """A batch's input cannot be processed (missing/retyped column, null key or event time)."""
 
 
+class BatchFailedError(FrameworkError):
+    """A batch stopped on an error from Spark or Delta (unreadable or corrupt state, lost files).
+    Nothing it did is visible: the ledger did not commit it. Fix the cause and re-run it."""
+
+
 class BatchOrderError(FrameworkError):
     """A batch was run out of order, or while an earlier attempt of another batch is unfinished."""
 

@@ -23,11 +23,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from delta.tables import DeltaTable
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import engine, metrics, sinks, state
-from .errors import (BatchOrderError, BufferFullError, ConcurrentBatchError, DefinitionError,
+from .errors import (BatchFailedError, BatchOrderError, BufferFullError, ConcurrentBatchError, DefinitionError,
                      FingerprintMismatchError, FrameworkError)
 from .sources import read_batch
 from .streamtime import arrival_order, with_stream_time
@@ -162,13 +164,24 @@ class Runtime:
         p = pipeline.check_complete()
         if not isinstance(batch_id, str) or not batch_id.strip() or len(batch_id) > 256:
             raise FrameworkError(f"pipeline {p.name!r}: batch_id must be a non-empty string (<= 256 chars)")
+        self._where, self._step = f"pipeline {p.name!r}, batch {batch_id!r}", "reading the ledger"
+        try:
+            return self._run(p, batch_id, input_df, batch_end)
+        except (Py4JJavaError, PySparkException) as e:
+            cause = (str(e).strip().splitlines() or [type(e).__name__])[0][:500]
+            raise BatchFailedError(
+                f"{self._where}: failed while {self._step}: {cause}. The batch is not committed; fix the "
+                "cause (see the chained Spark error) and re-run it.") from e
+
+    def _run(self, p: Pipeline, batch_id: str, input_df: DataFrame, batch_end: dt.datetime | None) -> BatchResult:
         started_at = time.monotonic()
         t = self.tables(p)
         state.create(self.spark, t.ledger, state.LEDGER_SCHEMA)
         rows = state.read(self.spark, t.ledger).collect()
         committed = {r.batch_id: r for r in rows if r.status == "committed"}
         last = max(committed.values(), key=lambda r: r.seq, default=None)
-        where = f"pipeline {p.name!r}, batch {batch_id!r}"
+        where = self._where
+        self._step = "validating the input"
 
         inp = read_batch(p, batch_id, input_df, last.input_schema if last else None, self._latest_ms(batch_end))
         if batch_id in committed:
@@ -194,7 +207,6 @@ class Runtime:
                                   "State cannot be reinterpreted; create a pipeline with a new name.")
 
         attempt = uuid.uuid4().hex
-        self._current = f"{p.name!r}, batch {batch_id!r}"
         stb = last.stream_time if last else None
         earlier = {r.attempt for r in rows if r.status == "started" and r.seq == seq}
         self._write("ledger_start", lambda: state.append_exclusive(
@@ -208,6 +220,7 @@ class Runtime:
         def wid(table: str) -> state.WriteId:
             return state.WriteId(f"{p.name}.{table}", seq, resumed=bool(earlier))
 
+        self._step = "reading state and planning"
         order = arrival_order(inp.frame, "_ts", p.arrival, p.keys)
         parallelism = max(1, min(self.partitions, inp.count // SCAN_RECORDS_PER_PARTITION))
         records, sta = with_stream_time(inp.frame, order, "_ts", seq, stb, p.lateness == "record", parallelism,
@@ -266,6 +279,7 @@ class Runtime:
 
     # ---- helpers ---------------------------------------------------------------------------
     def _write(self, point: str, action: Callable[[], None]) -> None:
+        self._step = f"writing {point!r}"
         self._before_write(point)
         try:
             action()
@@ -273,7 +287,7 @@ class Runtime:
             if "Concurrent" not in type(e).__name__ + str(e)[:300]:
                 raise
             raise ConcurrentBatchError(
-                f"pipeline {self._current}: another runner wrote {point!r} at the same time; this attempt "
+                f"{self._where}: another runner wrote {point!r} at the same time; this attempt "
                 "stopped. Re-run the batch: it completes idempotently or reports 'already committed'.") from e
 
     def _latest_ms(self, batch_end: dt.datetime | None) -> int | None:

@@ -1,10 +1,11 @@
 """Bad input: a clear error naming pipeline, batch and column, and nothing committed."""
 import datetime as dt
+from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
 
-from framework import (BufferConfig, DefinitionError, InputError, Pipeline, Runtime, Suppressed,
+from framework import (BatchFailedError, BufferConfig, DefinitionError, InputError, Pipeline, Runtime, Suppressed,
                        TimeWindows, agg)
 from harness import frame
 
@@ -68,3 +69,16 @@ def test_retyped_column_is_schema_drift(spark, warehouse):
 def test_invalid_definitions_are_refused_when_written(build, pattern):
     with pytest.raises(DefinitionError, match=pattern):
         build()
+
+
+def test_a_corrupt_state_table_stops_the_batch_with_an_error_naming_it(spark, warehouse):
+    rt, p = Runtime(spark, warehouse, quality=False), pipeline("corrupt")
+    rt.run_batch(p, "b0", frame(spark, [("A", 1, 1)]))
+    log = Path(rt.tables(p).state) / "_delta_log"
+    latest = max(log.glob("*.json"))
+    latest.write_text("{ this is not a Delta commit")
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()   # as a new process would start
+    with pytest.raises(BatchFailedError, match=r"'corrupt'.*'b1'.*failed while reading state") as failure:
+        rt.run_batch(p, "b1", frame(spark, [("A", 2, 1)], 1))
+    assert "window_state" in str(failure.value) or "window_state" in str(failure.value.__cause__)
+    assert rt.ledger(p).filter("status = 'committed'").count() == 1
