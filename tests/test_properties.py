@@ -1,9 +1,10 @@
 """Property tests: random streams, random batch splits, checked against the reference model.
 
-For each generated stream the pipeline runs three times (one batch; one record per batch; a
-random split). Each run must equal the reference model for its split, window bounds, values,
-emitting batch and stream time included; and the final rows (key, window, aggregates) must
-be identical across the three splits (SPEC 3.2, batch-split invariance).
+For each generated stream the pipeline runs twice: as one batch, and split at random places
+(anything from two batches to one record per batch). Each run must equal the reference model
+for its split, window bounds, values, emitting batch and stream time included; and the final
+rows (key, window, aggregates) must be identical across the splits (SPEC 3.2, batch-split
+invariance). The fixed streams of ``test_examples`` add the cases chosen by hand.
 """
 import tempfile
 import uuid
@@ -24,13 +25,13 @@ WINDOWS = {
 }
 
 records = st.lists(st.tuples(st.sampled_from(["A", "B"]), st.integers(0, 40),
-                             st.one_of(st.none(), st.integers(-5, 20))), min_size=3, max_size=7)
+                             st.one_of(st.none(), st.integers(-5, 20))), min_size=3, max_size=6)
 
 
 @st.composite
 def streams(draw):
     recs = draw(records)
-    cuts = sorted(draw(st.sets(st.integers(1, len(recs) - 1), max_size=3)))
+    cuts = sorted(draw(st.sets(st.integers(1, len(recs) - 1), min_size=1)))
     bounds = [0, *cuts, len(recs)]
     return recs, [recs[a:b] for a, b in zip(bounds, bounds[1:])], draw(st.integers(0, 6))
 
@@ -38,7 +39,7 @@ def streams(draw):
 def _check(spark, kind, data):
     recs, split, grace = data
     make, model = WINDOWS[kind]
-    splits = {"one": [recs], "each": [[r] for r in recs], "random": split}
+    splits = {"one": [recs], "random": split}
     lake = tempfile.mkdtemp(prefix="prop-")
 
     def run(label):
@@ -55,7 +56,7 @@ def _check(spark, kind, data):
         assert got[label] == expected(ref.run(model(grace), batches)), f"{kind} split={label}"
     final = {label: [{k: v for k, v in r.items() if not k.startswith("emitted")} for r in rows]
              for label, rows in got.items()}
-    assert final["one"] == final["each"] == final["random"]
+    assert final["one"] == final["random"]
 
 
 def _property(kind):

@@ -1,0 +1,94 @@
+"""The jobs run on a real Spark cluster: a standalone master and two workers on 127.0.0.1,
+started from the pyspark installation, a job of ``jobs/`` submitted to it with spark-submit in
+client mode (Delta's jars resolved by ``--packages``, as in local mode), and the final rows equal
+those of local mode, emission batch and stream time included."""
+import datetime as dt
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+HOURS = [dt.datetime(2026, 1, 1, 1)]   # one submission: a whole JVM and cluster application per batch
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _alive_workers(ui_port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as r:
+            return len([w for w in json.load(r)["workers"] if w["state"] == "ALIVE"])
+    except OSError:
+        return 0
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """``spark://`` URL of a master with two one-core workers; stopped afterwards."""
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+               SPARK_WORKER_DIR=str(tmp_path / "work"), SPARK_LOG_DIR=str(tmp_path / "logs"))
+    port, ui = _free_port(), _free_port()
+    log = open(tmp_path / "cluster.log", "w")
+    spark_class = str(BIN / "spark-class")
+    procs = [subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                               "--port", str(port), "--webui-port", str(ui)], env=env, stdout=log, stderr=log)]
+    url = f"spark://127.0.0.1:{port}"
+    procs += [subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
+                                "--cores", "1", "--memory", "1g", "--webui-port", str(_free_port())],
+                               env=env, stdout=log, stderr=log) for _ in range(2)]
+    try:
+        deadline = time.monotonic() + 180
+        while _alive_workers(ui) < 2:
+            assert time.monotonic() < deadline, (tmp_path / "cluster.log").read_text()[-3000:]
+            time.sleep(1)
+        yield url
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=60)
+        log.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_job_submitted_to_a_standalone_cluster_gives_the_final_rows_of_local_mode(spark, cluster, tmp_path):
+    from framework import Runtime
+    from framework.airflow import DELTA_PACKAGE
+    from framework.batchjob import run_interval
+    from jobs import sample_data, user_alerts
+
+    landing = str(tmp_path / "landing")
+    sample_data.generate(spark, landing, HOURS[0] - dt.timedelta(hours=1), HOURS[-1] + dt.timedelta(hours=1),
+                         tables=["user_events"])
+    on_cluster, local = str(tmp_path / "cluster_lake"), str(tmp_path / "local_lake")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    for start in HOURS:
+        end = start + dt.timedelta(hours=1)
+        done = subprocess.run(
+            [str(BIN / "spark-submit"), "--master", cluster, "--deploy-mode", "client", "--packages", DELTA_PACKAGE,
+             "--executor-memory", "512m", "--conf", f"spark.pyspark.python={sys.executable}",
+             str(ROOT / "jobs" / "user_alerts.py"), "--batch-start", start.isoformat(), "--batch-end", end.isoformat(),
+             "--warehouse", on_cluster, "--landing", landing],
+            capture_output=True, text=True, env=env, timeout=900)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        assert "committed" in done.stdout
+        run_interval(spark, user_alerts.PIPELINE, user_alerts.LANDING, start, end, local, landing)
+
+    executors = list((tmp_path / "work").glob("app-*/*/stderr"))
+    assert len({e.parent.parent for e in executors}) == len(HOURS)   # one application per batch ran on the workers
+    got = Runtime(spark, on_cluster).read_output(user_alerts.PIPELINE)
+    want = Runtime(spark, local).read_output(user_alerts.PIPELINE)
+    assert want.count() > 0
+    assert sorted(got.collect()) == sorted(want.collect())
