@@ -32,7 +32,7 @@ from . import engine, metrics, sinks, state
 from .errors import (BatchFailedError, BatchOrderError, BufferFullError, ConcurrentBatchError, DefinitionError,
                      FingerprintMismatchError, FrameworkError)
 from .sources import read_batch
-from .streamtime import arrival_order, with_stream_time
+from .streamtime import arrival_order, to_datetime, to_epoch_millis, with_stream_time
 from .topology import Pipeline
 from .windows import SlidingWindows
 
@@ -70,17 +70,6 @@ class _Kept:
     def release(self) -> None:
         for df in self.frames:
             df.unpersist()
-
-
-def _to_time(ms: int | None) -> dt.datetime | None:
-    return None if ms is None else dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=ms)
-
-
-def _millis(t: dt.datetime) -> int:
-    """Epoch milliseconds of ``t`` (naive times are UTC, as the session's time zone)."""
-    if t.tzinfo is not None:
-        t = t.astimezone(dt.timezone.utc).replace(tzinfo=None)
-    return (t - dt.datetime(1970, 1, 1)) // dt.timedelta(milliseconds=1)
 
 
 def _definition(p: Pipeline) -> str:
@@ -226,7 +215,7 @@ class Runtime:
         records, sta = with_stream_time(inp.frame, order, "_ts", seq, stb, p.lateness == "record", parallelism,
                                         inp.max_ts)
         if p.idle_advance_ms is not None and batch_end is not None:
-            sta = max(x for x in (sta, _millis(batch_end) - p.idle_advance_ms) if x is not None)
+            sta = max(x for x in (sta, to_epoch_millis(batch_end) - p.idle_advance_ms) if x is not None)
         batch = engine.Batch(p, seq, records, stb, sta,
                              self._as_of(t.state, last.state_version if last else None),
                              self._as_of(t.records, last.records_version if last else None),
@@ -262,7 +251,7 @@ class Runtime:
                       windows_open=open_now, windows_closed=closed,
                       suppression_buffer_count_current=open_now if final else None,
                       suppression_buffer_count_max=(open_now + closed) if final else None,
-                      stream_time=_to_time(sta), batch_duration_ms=int((time.monotonic() - started_at) * 1000))
+                      stream_time=to_datetime(sta), batch_duration_ms=int((time.monotonic() - started_at) * 1000))
         self._write("metrics", lambda: state.append(metrics.frame(self.spark, p.name, batch_id, seq, values),
                                                     t.metrics, wid("metrics")))
         versions = {"state": state.latest_version(self.spark, t.state),
@@ -273,9 +262,9 @@ class Runtime:
         self._write("ledger_commit", lambda: state.append(
             self._ledger_row(seq, batch_id, "committed", attempt, inp, stb, sta, versions, p),
             t.ledger, state.WriteId(f"{p.name}.ledger.commit", seq)))
-        log.info("%s: committed seq=%d emitted=%d stream_time=%s", where, seq, n_rows, _to_time(sta))
+        log.info("%s: committed seq=%d emitted=%d stream_time=%s", where, seq, n_rows, to_datetime(sta))
         return BatchResult(p.name, batch_id, seq, "committed", n_rows, int(counts.get("late_records") or 0),
-                           _to_time(sta), values)
+                           to_datetime(sta), values)
 
     # ---- helpers ---------------------------------------------------------------------------
     def _write(self, point: str, action: Callable[[], None]) -> None:
@@ -295,7 +284,7 @@ class Runtime:
         if self.max_clock_skew is None:
             return None
         clock = batch_end or dt.datetime.now(dt.timezone.utc)
-        return _millis(clock + self.max_clock_skew)
+        return to_epoch_millis(clock + self.max_clock_skew)
 
     def _as_of(self, path: str, version: int | None) -> DataFrame | None:
         return None if version is None else state.read(self.spark, path, version)
@@ -359,4 +348,4 @@ class Runtime:
         m = self.read_metrics(p).filter(F.col("seq") == row.seq).collect()
         values = m[0].asDict() if m else {}
         return BatchResult(p.name, row.batch_id, row.seq, status, int(values.get("suppression_emit_total") or 0),
-                           int(values.get("late_records") or 0), _to_time(row.stream_time), values)
+                           int(values.get("late_records") or 0), to_datetime(row.stream_time), values)

@@ -5,7 +5,6 @@ or written, and reported as an ``InputError`` naming the pipeline, the batch and
 """
 from __future__ import annotations
 
-import datetime as dt
 import json
 from dataclasses import dataclass
 
@@ -15,6 +14,7 @@ from pyspark.sql import types as T
 
 from .aggregations import input_columns
 from .errors import InputError
+from .streamtime import to_datetime
 from .topology import Pipeline
 
 TIME_TYPES = (T.TimestampType, T.TimestampNTZType, T.DateType, T.StringType)
@@ -63,10 +63,6 @@ def _check_columns(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: s
                                  f"batches and is {now} now (schema drift). Cast it back, or start a new pipeline.")
 
 
-def _iso(ms: int) -> str:
-    return (dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=ms)).isoformat(sep=" ")
-
-
 def read_batch(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: str | None,
                latest_ms: int | None = None) -> BatchInput:
     """Validate ``df`` for pipeline ``p`` and add ``_ts``; raises InputError on bad input.
@@ -101,8 +97,8 @@ def read_batch(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: str |
                          f"column {p.timestamp!r}; windows start at the epoch. Nothing was committed.")
     if row["future"]:
         raise InputError(f"{where}: {row['future']} record(s) have an event time in column {p.timestamp!r} "
-                         f"after {_iso(latest_ms)} (the clock plus max_clock_skew), the latest at "
-                         f"{_iso(row['max_ts'])}; they would close every open window. Fix them upstream or raise "
+                         f"after {to_datetime(latest_ms)} (the clock plus max_clock_skew), the latest at "
+                         f"{to_datetime(row['max_ts'])}; they would close every open window. Fix them upstream or raise "
                          "Runtime(max_clock_skew=...); nothing was committed.")
     for i, k in enumerate(p.keys):
         if row[f"null_{i}"]:

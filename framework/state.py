@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
@@ -140,13 +141,20 @@ def once(spark: SparkSession, path: str, wid: WriteId, write: Callable[[], None]
         tagged(spark, wid.tag, write)
 
 
+@contextmanager
+def _session_conf(spark: SparkSession, key: str, value: str):
+    """Set a session conf for the writes inside the block only."""
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        spark.conf.unset(key)
+
+
 def tagged(spark: SparkSession, tag: str, write: Callable[[], None]) -> None:
     """Run ``write`` with its commit's userMetadata set to ``tag``."""
-    spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", tag)
-    try:
+    with _session_conf(spark, "spark.databricks.delta.commitInfo.userMetadata", tag):
         write()
-    finally:
-        spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
 
 
 def append(df: DataFrame, path: str, wid: WriteId, partition_by: str | None = None) -> None:
@@ -169,9 +177,6 @@ def rewrite(df: DataFrame, path: str, replaced: str, wid: WriteId) -> None:
     """In one commit, once: remove the rows matching ``replaced`` and add ``df`` (whose rows
     may lie outside ``replaced``: new partials go to later buckets)."""
     spark = df.sparkSession
-    spark.conf.set("spark.databricks.delta.replaceWhere.constraintCheck.enabled", "false")
-    try:
+    with _session_conf(spark, "spark.databricks.delta.replaceWhere.constraintCheck.enabled", "false"):
         once(spark, path, wid, lambda: df.write.format("delta").mode("overwrite")
              .option("replaceWhere", replaced).save(path))
-    finally:
-        spark.conf.unset("spark.databricks.delta.replaceWhere.constraintCheck.enabled")

@@ -5,10 +5,10 @@ any pipeline folder in a warehouse without its job module.
 """
 from __future__ import annotations
 
-import datetime as dt
 from typing import TYPE_CHECKING
 
 from .state import Tables
+from .streamtime import to_datetime
 from .topology import Pipeline
 from .windows import SlidingWindows
 
@@ -26,7 +26,7 @@ def table_paths(p: Pipeline, warehouse: str) -> list[tuple[str, str]]:
 
 
 def _time(ms: int | None) -> str:
-    return "none yet" if ms is None else str(dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=ms))
+    return "none yet" if ms is None else str(to_datetime(ms))
 
 
 def pipeline_status(spark: SparkSession, name: str, root: str) -> str:

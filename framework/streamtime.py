@@ -10,10 +10,25 @@ to the driver), prefix them, then run a local running maximum inside each partit
 """
 from __future__ import annotations
 
+import datetime as dt
+
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 NO_TIME = -(2 ** 63)  # stream time before the first record: every window is open
+EPOCH = dt.datetime(1970, 1, 1)
+
+
+def to_datetime(ms: int | None) -> dt.datetime | None:
+    """A stream or event time (epoch milliseconds, UTC) as a naive UTC datetime."""
+    return None if ms is None else EPOCH + dt.timedelta(milliseconds=ms)
+
+
+def to_epoch_millis(t: dt.datetime) -> int:
+    """Epoch milliseconds of ``t`` (naive times are UTC, as the session's time zone)."""
+    if t.tzinfo is not None:
+        t = t.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return (t - EPOCH) // dt.timedelta(milliseconds=1)
 
 
 def arrival_order(df: DataFrame, timestamp_ms: str, arrival: str | None, keys: tuple[str, ...]) -> list[str]:
