@@ -38,3 +38,9 @@ class BufferFullError(FrameworkError):
 
 class QualityGateError(FrameworkError):
     """A critical expectation failed; the batch was neither published nor committed."""
+
+
+class ReplayError(FrameworkError):
+    """A replay cannot run: a range that is not committed or stops before the last committed batch,
+    an unfinished batch, or state as of the batch before the range that is no longer available
+    (VACUUMed). Raised before anything is written, or after a failed replay was undone."""
