@@ -24,6 +24,12 @@ class Partial:
     column: str
     partial: str
     merge: str
+    running: str | None = None  # the merge as a window function over "{w}"; default: merge OVER (w)
+
+    def over(self, window: str) -> str:
+        """The merge as a running aggregate over the window spec ``window`` (SQL text): the
+        value after each update, which rate-limited suppression buffers."""
+        return (self.running or f"{self.merge} OVER ({{w}})").replace("{w}", window)
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,8 @@ def collect_list(column: str, name: str | None = None) -> Aggregate:
     name = identifier(name or f"list_{column}", "agg.collect_list output name")
     c, p = _col(column, "collect_list"), f"_p_{name}"
     return Aggregate(name, "collect_list", column, (
-        Partial(p, f"collect_list(struct({ARRIVAL} AS o, {c} AS v))", f"flatten(collect_list({quoted(p)}))"),
+        Partial(p, f"collect_list(struct({ARRIVAL} AS o, {c} AS v))", f"flatten(collect_list({quoted(p)}))",
+                f"flatten(collect_list({quoted(p)}) OVER ({{w}}))"),
     ), f"transform(array_sort({quoted(p)}), x -> x.v)")
 
 

@@ -14,6 +14,8 @@ A record joins window w only while ``close_time(w) > stream time before the reco
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -22,6 +24,9 @@ from .aggregations import ARRIVAL
 from .streamtime import NO_TIME
 from .topology import Pipeline
 from .windows import SessionWindows, SlidingWindows, TimeWindows
+
+if TYPE_CHECKING:
+    from .ratelimit import Limited
 
 NEVER = 2 ** 62  # close time of a plain (non-windowed) table's rows: they never close
 
@@ -38,6 +43,7 @@ class Batch:
     state: DataFrame | None        # window_state as of the last committed batch
     kept_records: DataFrame | None  # sliding windows: records as of the last committed batch
     bucket_ms: int
+    buffer: DataFrame | None = None  # until_time_limit: the suppression buffer as of the last committed batch
 
     @property
     def stb(self) -> int:
@@ -62,6 +68,7 @@ class Outcome:
     counted: DataFrame                # per-record frame the counters aggregate over
     counters: dict[str, Column]       # aggregate expressions over ``counted`` for metrics
     open_windows: DataFrame           # windows (or keys) held in state after the batch
+    limited: Limited | None = None    # until_time_limit: what the suppression buffer did (``ratelimit``)
 
 
 def partials(p: Pipeline) -> list[Column]:
@@ -107,14 +114,9 @@ def _time_windows(b: Batch, w: TimeWindows | None) -> Outcome:
     if w is None:
         return _plain_table(b)
     p = b.pipeline
-    size, adv, grace = w.size_ms, w.advance_ms, w.grace_ms
+    size, grace = w.size_ms, w.grace_ms
     ident = [*p.keys, "window_start"]
-    back = (size // adv) * adv
-    every = F.expr(f"filter(sequence(_ts - pmod(_ts, {adv}) - {back}, _ts - pmod(_ts, {adv}), {adv}), "
-                   f"s -> s >= 0 AND s > _ts - {size})")
-    assigned = (b.records.withColumn("_all", every)
-                .withColumn("_acc", F.expr(f"filter(_all, s -> s + {size + grace} > _sb)"))
-                .withColumn("_n_all", F.size("_all")).withColumn("_n_acc", F.size("_acc")))
+    assigned = assign(b.records, w)
     batch_partials = (assigned.withColumn("window_start", F.explode("_acc"))
                       .groupBy(*ident).agg(*partials(p), F.max("_ts").alias("_max_ts"))
                       .withColumn("window_end", F.col("window_start") + size)
@@ -137,6 +139,18 @@ def _time_windows(b: Batch, w: TimeWindows | None) -> Outcome:
                    results.select(*p.keys, "window_start", "window_end", *finished(p), F.lit(False).alias("_gone")),
                    assigned.filter(F.col("_n_acc") == 0), rows.filter(due).select(*ident).distinct(),
                    assigned, counters, still_open)
+
+
+def assign(records: DataFrame, w: TimeWindows) -> DataFrame:
+    """Records with ``_all`` (starts of the windows holding them) and ``_acc`` (those still
+    open when the record arrived), and their sizes."""
+    size, adv, grace = w.size_ms, w.advance_ms, w.grace_ms
+    back = (size // adv) * adv
+    every = F.expr(f"filter(sequence(_ts - pmod(_ts, {adv}) - {back}, _ts - pmod(_ts, {adv}), {adv}), "
+                   f"s -> s >= 0 AND s > _ts - {size})")
+    return (records.withColumn("_all", every)
+            .withColumn("_acc", F.expr(f"filter(_all, s -> s + {size + grace} > _sb)"))
+            .withColumn("_n_all", F.size("_all")).withColumn("_n_acc", F.size("_acc")))
 
 
 def _merge_windows(p: Pipeline, rows: DataFrame, ident: list[str]) -> DataFrame:

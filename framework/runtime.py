@@ -28,7 +28,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from . import engine, metrics, sinks, state
+from . import engine, metrics, ratelimit, sinks, state
 from .errors import (BatchFailedError, BatchOrderError, BufferFullError, ConcurrentBatchError, DefinitionError,
                      FingerprintMismatchError, FrameworkError)
 from .sources import read_batch
@@ -40,7 +40,7 @@ log = logging.getLogger("framework.runtime")
 
 SCAN_RECORDS_PER_PARTITION = 200_000  # below this a batch's stream-time scan runs as one task
 ATTEMPTS = 1_000_000  # ledger 'started' rows: txnVersion = seq * ATTEMPTS + earlier attempts of the batch
-WRITE_POINTS = ("ledger_start", "state", "records", "output", "late_records", "metrics", "ledger_commit")
+WRITE_POINTS = ("ledger_start", "state", "records", "buffer", "output", "late_records", "metrics", "ledger_commit")
 
 
 @dataclass(frozen=True)
@@ -219,14 +219,17 @@ class Runtime:
         batch = engine.Batch(p, seq, records, stb, sta,
                              self._as_of(t.state, last.state_version if last else None),
                              self._as_of(t.records, last.records_version if last else None),
-                             self.bucket_ms)
+                             self.bucket_ms, self._as_of(self._buffer_path(p), last.buffer_version if last else None))
         outcome = engine.plan(batch)
+        if p.rate_limited:
+            outcome = ratelimit.limit(batch, outcome)
         kept = _Kept()
         results = kept(outcome.results)
         rows_out = kept(sinks.shape(p, results, batch_id, sta))
         counts = outcome.counted.agg(*[v.alias(k) for k, v in outcome.counters.items()]).collect()[0].asDict()
         n_rows, open_now = rows_out.count(), outcome.open_windows.count()
-        self._check_buffer(p, batch_id, open_now)
+        buffered = outcome.limited.stats() if outcome.limited is not None else None
+        self._check_buffer(p, batch_id, open_now, buffered)
         if n_rows and self.quality and p.suppressed_final:
             from . import quality  # GX loads only in processes that have final rows to audit
             published = self._as_of(t.output, last.output_version if last else None)
@@ -235,6 +238,9 @@ class Runtime:
 
         self._write("state", lambda: self._write_state(p, outcome, wid("state"), sta, kept))
         self._write("records", lambda: self._write_records(p, outcome, wid("records")))
+        if outcome.limited is not None:
+            self._write("buffer", lambda: state.rewrite(outcome.limited.buffer, self._buffer_path(p), None,
+                                                        wid("buffer")))
         if n_rows:
             self._write("output", lambda: sinks.publish(p, rows_out, t.output, wid("output")))
         if counts.get("late_records"):
@@ -252,11 +258,17 @@ class Runtime:
                       suppression_buffer_count_current=open_now if final else None,
                       suppression_buffer_count_max=(open_now + closed) if final else None,
                       stream_time=to_datetime(sta), batch_duration_ms=int((time.monotonic() - started_at) * 1000))
+        if buffered is not None:
+            values.update(suppression_emit_total=n_rows, suppression_buffer_count_current=buffered["count"],
+                          suppression_buffer_count_max=buffered["count_max"],
+                          suppression_buffer_size_current=buffered["size"],
+                          suppression_buffer_size_max=buffered["size_max"])
         self._write("metrics", lambda: state.append(metrics.frame(self.spark, p.name, batch_id, seq, values),
                                                     t.metrics, wid("metrics")))
         versions = {"state": state.latest_version(self.spark, t.state),
                     "records": state.latest_version(self.spark, t.records)
                     if isinstance(p.windows, SlidingWindows) else None,
+                    "buffer": state.latest_version(self.spark, self._buffer_path(p)) if p.rate_limited else None,
                     "output": state.latest_version(self.spark, t.output) if n_rows or last is None
                     else last.output_version}
         self._write("ledger_commit", lambda: state.append(
@@ -265,6 +277,13 @@ class Runtime:
         log.info("%s: committed seq=%d emitted=%d stream_time=%s", where, seq, n_rows, to_datetime(sta))
         return BatchResult(p.name, batch_id, seq, "committed", n_rows, int(counts.get("late_records") or 0),
                            to_datetime(sta), values)
+
+    def replay(self, pipeline: Pipeline, batches) -> "ReplayResult":
+        """Re-run the committed batches from ``batches[0]`` through the last one with the given
+        input (``ReplayBatch`` or ``(batch_id, input_df)``), replacing their results atomically.
+        See ``framework.replay``."""
+        from .replay import replay
+        return replay(self, pipeline, batches)
 
     # ---- helpers ---------------------------------------------------------------------------
     def _write(self, point: str, action: Callable[[], None]) -> None:
@@ -292,7 +311,8 @@ class Runtime:
     def _ledger_row(self, seq, batch_id, status, attempt, inp, stb, sta, versions, p) -> DataFrame:
         row = (seq, batch_id, status, attempt, inp.fingerprint, inp.count, stb, sta,
                versions.get("state"), versions.get("records"), versions.get("output"),
-               inp.schema_json, _definition(p), dt.datetime.now(dt.timezone.utc).replace(tzinfo=None))
+               inp.schema_json, _definition(p), dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
+               versions.get("buffer"))
         return self.spark.createDataFrame([row], state.LEDGER_SCHEMA)
 
     def _write_state(self, p: Pipeline, outcome: engine.Outcome, wid: state.WriteId, sta: int | None,
@@ -333,15 +353,31 @@ class Runtime:
             merge = merge.whenNotMatchedBySourceDelete(f"t._ts < {outcome.records_cutoff}")
         state.once(self.spark, path, wid, merge.execute)
 
-    def _check_buffer(self, p: Pipeline, batch_id: str, held: int) -> None:
-        """Strict bounded buffers (``max_records(n).shut_down_when_full()``) stop the batch
-        before anything is written when the windows held for final results exceed the bound."""
-        limit = p.suppression.buffer.record_limit if p.suppression is not None else None
-        if limit is not None and held > limit:
+    def _buffer_path(self, p: Pipeline) -> str | None:
+        return self.tables(p).buffer(p.suppression.name or "suppress") if p.rate_limited else None
+
+    def _check_buffer(self, p: Pipeline, batch_id: str, held: int, buffered: dict | None) -> None:
+        """Strict bounded buffers (``shut_down_when_full``) stop the batch before anything is
+        written when the buffer would exceed a bound: final results hold the open windows; a
+        rate-limiting buffer is checked after every record (its largest size in the batch)."""
+        buf = p.suppression.buffer if p.suppression is not None else None
+        if buf is None or getattr(buf, "when_full", None) != "shut_down":
+            return
+        if buffered is not None:
+            count, size, what = buffered["count_max"], buffered["size_max"], "entries"
+        else:
+            count, size, what = held, None, "windows"
+        over = []
+        if buf.record_limit is not None and count > buf.record_limit:
+            over.append(f"max_records={buf.record_limit}")
+        if buf.byte_limit is not None and size is not None and size > buf.byte_limit:
+            over.append(f"max_bytes={buf.byte_limit}")
+        if over:
+            reached = f"{count} {what}" + (f" ({size} bytes)" if size is not None else "")
             raise BufferFullError(
                 f"pipeline {p.name!r}, batch {batch_id!r}: suppression buffer "
-                f"{p.suppression.name or '<unnamed>'} would hold {held} windows, over its bound "
-                f"max_records={limit} (shut_down_when_full). Nothing was committed; raise the bound "
+                f"{p.suppression.name or '<unnamed>'} would hold {reached}, over its bound "
+                f"{' and '.join(over)} (shut_down_when_full). Nothing was committed; raise the bound "
                 "or use BufferConfig.unbounded(), then re-run the batch.")
 
     def _result_of(self, p: Pipeline, row, status: str) -> BatchResult:

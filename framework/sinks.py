@@ -1,6 +1,7 @@
 """Results leaving the engine: shaping rows for the sink and writing them once.
 
-Final-results sinks are append-only (one row per key and window, ever); sinks without
+Final-results sinks are append-only (one row per key and window, ever), and so are rate-limited
+ones (a log: a key appears once per emission); sinks without
 suppression are continuously updated tables, MERGEd on key and window (Kafka's
 emit-on-update at batch granularity).
 """
@@ -30,15 +31,18 @@ def shape(p: Pipeline, results: DataFrame, batch_id: str, stream_time: int | Non
         elif step.op == "with_column":
             df = df.withColumn(step.args[0], F.expr(step.args[1]))
         else:
-            df = df.select(*step.args, "_gone")
+            df = df.select(*step.args, "_gone", *(["_est"] if "_est" in df.columns else []))
     stamp = F.timestamp_millis(F.lit(stream_time)) if stream_time is not None else F.lit(None).cast("timestamp")
-    return df.withColumn("emitted_batch_id", F.lit(batch_id)).withColumn("emitted_stream_time", stamp)
+    if "_est" in df.columns:  # rate-limited updates leave record by record: each has its own stream time
+        stamp = F.timestamp_millis("_est")
+    return (df.withColumn("emitted_batch_id", F.lit(batch_id)).withColumn("emitted_stream_time", stamp)
+            .drop("_est"))
 
 
 def publish(p: Pipeline, rows: DataFrame, path: str, wid: state.WriteId) -> None:
     """Write a batch's sink rows exactly once (idempotent under re-runs)."""
     spark = rows.sparkSession
-    if p.suppressed_final:
+    if p.suppression is not None:  # final results, or a log of rate-limited updates
         state.append(rows.drop("_gone"), path, wid)
         return
     if not state.exists(spark, path):

@@ -6,6 +6,8 @@ Per pipeline, under ``<warehouse>/<pipeline>/``:
 - ``window_state`` open windows / sessions with their partial aggregates, partitioned by
                    ``_bucket`` (close-time bucket): closing reads only the buckets due
 - ``records``      sliding windows only: recent records, partitioned by ``_tbucket``
+- ``buffer_<name>`` ``until_time_limit`` only: the suppression buffer (one row per buffered key
+                   and window), named by ``Suppressed.with_name`` (default ``suppress``)
 - ``<sink>``       the results table (final results, or a continuously updated table)
 - ``late_records`` records that landed in no window, with the stream time that made them late
 - ``metrics``      one row per batch (KIP-328 metric names, with ``_`` for ``-``)
@@ -34,7 +36,7 @@ from pyspark.sql.types import StructType
 LEDGER_SCHEMA = (
     "seq long, batch_id string, status string, attempt string, fingerprint string, records_in long, "
     "stream_time_before long, stream_time long, state_version long, records_version long, "
-    "output_version long, input_schema string, definition string, at timestamp")
+    "output_version long, input_schema string, definition string, at timestamp, buffer_version long")
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,9 @@ class Tables:
     @property
     def records(self) -> str:
         return os.path.join(self.root, "records")
+
+    def buffer(self, name: str) -> str:
+        return os.path.join(self.root, f"buffer_{name}")
 
     @property
     def output(self) -> str:
@@ -173,10 +178,12 @@ def append_exclusive(df: DataFrame, path: str, wid: WriteId, tag: str) -> None:
            .option("txnAppId", wid.app_id).option("txnVersion", wid.version).save(path))
 
 
-def rewrite(df: DataFrame, path: str, replaced: str, wid: WriteId) -> None:
-    """In one commit, once: remove the rows matching ``replaced`` and add ``df`` (whose rows
-    may lie outside ``replaced``: new partials go to later buckets)."""
+def rewrite(df: DataFrame, path: str, replaced: str | None, wid: WriteId) -> None:
+    """In one commit, once: remove the rows matching ``replaced`` (None: every row) and add
+    ``df`` (whose rows may lie outside ``replaced``: new partials go to later buckets)."""
     spark = df.sparkSession
+    writer = df.write.format("delta").mode("overwrite")
+    if replaced is not None:
+        writer = writer.option("replaceWhere", replaced)
     with _session_conf(spark, "spark.databricks.delta.replaceWhere.constraintCheck.enabled", "false"):
-        once(spark, path, wid, lambda: df.write.format("delta").mode("overwrite")
-             .option("replaceWhere", replaced).save(path))
+        once(spark, path, wid, lambda: writer.save(path))

@@ -123,9 +123,12 @@ class Pipeline:
         if suppressed.mode == "until_window_closes" and self.windows is None:
             raise DefinitionError(f"pipeline {self.name!r}: until_window_closes needs a windowed "
                                   "aggregation (add .windowed_by(...)); use until_time_limit to rate-limit a plain table")
-        if suppressed.mode == "until_time_limit":
-            raise DefinitionError(f"pipeline {self.name!r}: until_time_limit is not supported by this "
-                                  "version; use until_window_closes or no suppression")
+        if suppressed.mode == "until_time_limit" and isinstance(self.windows, (SlidingWindows, SessionWindows)):
+            raise DefinitionError(f"pipeline {self.name!r}: until_time_limit is supported on plain tables and "
+                                  "TimeWindows; for sliding or session windows use until_window_closes")
+        if suppressed.mode == "until_time_limit" and self.lateness != "record":
+            raise DefinitionError(f"pipeline {self.name!r}: until_time_limit emits record by record, so it needs "
+                                  "lateness='record' (the default)")
         return self._next("suppress", suppression=suppressed)
 
     def filter(self, condition: str) -> "Pipeline":
@@ -161,6 +164,11 @@ class Pipeline:
         return self.suppression is not None and self.suppression.mode == "until_window_closes"
 
     @property
+    def rate_limited(self) -> bool:
+        """True when the sink receives a log of rate-limited updates (``until_time_limit``)."""
+        return self.suppression is not None and self.suppression.mode == "until_time_limit"
+
+    @property
     def identity(self) -> list[str]:
         """Columns that identify one result row: the keys, and the window start when windowed."""
         return [*self.keys] + (["window_start"] if self.windows is not None else [])
@@ -185,10 +193,12 @@ class Pipeline:
             lines.append(f"      (records store: {self.name}.records)")
         if self.suppression is not None:
             label = self.suppression.name or "<unnamed>"
-            lines.append(f"  --> Suppress {label}: {self.suppression.describe()}  (buffer: {store})")
+            buffer = f"{self.name}.buffer_{self.suppression.name or 'suppress'}" if self.rate_limited else store
+            lines.append(f"  --> Suppress {label}: {self.suppression.describe()}  (buffer: {buffer})")
         for s in self.steps:
             lines.append(f"  --> {s.describe()}")
-        mode = "append, final results" if self.suppressed_final else "merge, emit on update"
+        mode = ("append, final results" if self.suppressed_final else
+                "append, rate-limited updates" if self.rate_limited else "merge, emit on update")
         lines.append(f"  --> Sink {self.sink} ({mode})")
         lines.append(f"  State: {self.name}._ledger, {self.name}.metrics, {self.name}.late_records")
         return "\n".join(lines)

@@ -11,18 +11,18 @@ AGGREGATES = (agg.count("n"), agg.sum("v", "total"), agg.min("v", "lo"), agg.max
               agg.latest("v", "last"), agg.earliest("v", "first"), agg.collect_list("v", "vs"))
 
 
-def frame(spark, batch, first_seq=0):
+def frame(spark, batch, first_seq=0, value_type="long"):
     """A batch ``[(key, ts_ms, value), ...]`` (arrival order) as an input DataFrame."""
     rows = [(first_seq + i, k, ts, v) for i, (k, ts, v) in enumerate(batch)]
-    df = spark.createDataFrame(rows, "seq long, k string, ts_ms long, v long")
+    df = spark.createDataFrame(rows, f"seq long, k string, ts_ms long, v {value_type}")
     return df.withColumn("ts", F.timestamp_millis("ts_ms")).drop("ts_ms")
 
 
-def run_stream(rt: Runtime, pipeline, batches, ids=None):
+def run_stream(rt: Runtime, pipeline, batches, ids=None, value_type="long"):
     """Run ``batches`` in order; batch ids sort in order (b0000, b0001, ...)."""
     out, seq = [], 0
     for i, batch in enumerate(batches):
-        out.append(rt.run_batch(pipeline, (ids or _ids(len(batches)))[i], frame(rt.spark, batch, seq)))
+        out.append(rt.run_batch(pipeline, (ids or _ids(len(batches)))[i], frame(rt.spark, batch, seq, value_type)))
         seq += len(batch)
     return out
 

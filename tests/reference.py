@@ -124,3 +124,44 @@ def _sliding_record(windows, open_, seen, key, ts, value, is_open):
             if w is not None:
                 w.values.append(value)
     seen.append((ts, value))
+
+
+def rate_limited(batches, limit, max_records=None, max_bytes=None, eager=True, windows=None):
+    """``until_time_limit`` (SPEC 3.6), one record at a time: the latest value per key, or with
+    ``windows`` (Tumbling) the count per key and window. Returns the emissions in order as
+    ``(key, window_start or None, value, batch index, stream time)``, and the largest
+    (entries, bytes) the buffer held after any record."""
+    st, buf, counts, out, peak = None, {}, {}, [], (0, 0)
+
+    def size():
+        return sum(0 if v is None else len(str(v).encode()) for _, v in buf.values())
+
+    def leave(ident, index):
+        _, value = buf.pop(ident)
+        out.append((ident[0], ident[1], value, index, st))
+
+    for index, batch in enumerate(batches):
+        for key, ts, value in batch:
+            sb, st = st, ts if st is None else max(st, ts)
+            if windows is None:
+                updates = [((key, None), ts, value)]
+            else:
+                updates = []
+                for s, e in sorted(windows.windows_for(ts)):
+                    if sb is None or windows.close(s, e) > sb:
+                        n, top = counts.get((key, s), (0, ts))
+                        counts[(key, s)] = (n + 1, max(top, ts))
+                        updates.append(((key, s), max(top, ts), n + 1))
+            for ident, t, v in updates:
+                buf[ident] = (buf[ident][0] if ident in buf else t, v)
+                for i in sorted(buf, key=lambda i: (buf[i][0], i[0], i[1] or 0)):
+                    if buf[i][0] <= st - limit:
+                        leave(i, index)
+                while eager and ((max_records is not None and len(buf) > max_records)
+                                 or (max_bytes is not None and size() > max_bytes)):
+                    leave(min(buf, key=lambda i: (buf[i][0], i[0], i[1] or 0)), index)
+            for i in sorted(buf, key=lambda i: (buf[i][0], i[0], i[1] or 0)):
+                if buf[i][0] <= st - limit:
+                    leave(i, index)
+            peak = (max(peak[0], len(buf)), max(peak[1], size()))
+    return out, peak

@@ -1,0 +1,186 @@
+"""Rate-limiting suppression (KIP-328 ``until_time_limit``) of a grouped table, windowed or not.
+
+Every record that changes an aggregate makes an *update*: the key (and window), the record's
+arrival position, the stream time before and after it, the update's time (the record's event
+time; for a window, the largest event time in it so far, as Kafka stamps it) and the new value.
+The value after each update is a running merge of the stored partials and the batch's
+per-record partials: a window function per key, so it runs in parallel.
+
+The buffer itself is ``eviction.Buffer``. When only time decides (unbounded and strict
+buffers) it runs per key in parallel; a strict bound is then checked over the size changes
+summed by arrival position. An eager size-bounded buffer evicts the oldest entry of *any* key
+when full, so it runs over the whole batch in arrival order in one task: its cost grows with
+the batch's records (never with the table's history) and nothing is pulled to the driver.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from . import eviction
+from .engine import Batch, Outcome, assign, finished, partials
+from .names import quoted
+from .suppress import EagerBufferConfig
+from .topology import Pipeline
+
+CHANGES = "_what string, _pos long, _st long, _thr long, _ref long, _bt long, _size long, _key string, " \
+          "_dc long, _db long"
+
+
+def identity(p: Pipeline) -> list[str]:
+    """Columns naming one buffer entry: the keys, and the window when windowed."""
+    return [*p.keys, "window_start"] if p.windows is not None else list(p.keys)
+
+
+def _carried(p: Pipeline) -> list[str]:
+    return identity(p) + (["window_end"] if p.windows is not None else [])
+
+
+@dataclass
+class Limited:
+    """What the buffer did in one batch."""
+
+    emissions: DataFrame  # sink rows: keys, window bounds (ms), aggregates, ``_gone``, ``_est``
+    buffer: DataFrame     # the buffer after the batch: entries with ``_bt``, ``_size``, ``_key``, values
+    changes: DataFrame    # ``_pos``, ``_dc``, ``_db``: entries and bytes added (or removed) per position
+
+    def stats(self) -> dict:
+        """Buffer count and bytes after the batch and their largest value after any record."""
+        per_pos = self.changes.groupBy("_pos").agg(F.sum("_dc").alias("dc"), F.sum("_db").alias("db"))
+        upto = Window.orderBy("_pos").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+        running = per_pos.select("_pos", F.sum("dc").over(upto).alias("n"), F.sum("db").over(upto).alias("b"))
+        row = running.agg(F.max("n").alias("count_max"), F.max("b").alias("size_max"),
+                          F.max_by("n", "_pos").alias("count"), F.max_by("b", "_pos").alias("size")).collect()[0]
+        return {k: int(row[k] or 0) for k in ("count", "count_max", "size", "size_max")}
+
+
+def limit(b: Batch, outcome: Outcome) -> Outcome:
+    """``outcome`` with its results replaced by what the buffer emits in batch ``b``."""
+    p = b.pipeline
+    s = p.suppression
+    ident, carried = identity(p), _carried(p)
+    values = [a.name for a in p.aggregates]
+    ups = _updates(b)
+    stored = b.buffer.select(*ups.drop("_pos", "_sb", "_sa").columns) if b.buffer is not None \
+        else ups.drop("_pos", "_sb", "_sa").limit(0)
+    base = [*carried, "_bt", "_size", "_key"]
+    members = (stored.select(*base, F.lit(0).alias("_kind"), *[F.lit(None).cast("long").alias(c)
+                                                               for c in ("_pos", "_sb", "_sa")])
+               .unionByName(ups.select(*base, F.lit(1).alias("_kind"), "_pos", "_sb", "_sa")))
+    buf = s.buffer
+    eager = isinstance(buf, EagerBufferConfig) and (buf.record_limit is not None or buf.byte_limit is not None)
+    if eager:  # the oldest entry of any key leaves when full: one fold over the batch in arrival order
+        ticks = b.records.select(*[F.lit(None).cast(members.schema[c].dataType).alias(c) for c in base],
+                                 F.lit(2).alias("_kind"), F.col("_ord.pos").alias("_pos"),
+                                 F.lit(None).cast("long").alias("_sb"), F.greatest("_sb", "_ts").alias("_sa"))
+        grouped = members.unionByName(ticks).withColumn("_g", F.lit(0)).groupBy("_g")
+    else:
+        grouped = members.groupBy(*ident)
+    key_schema = ", ".join(f"{quoted(f.name)} {f.dataType.simpleString()}" for f in members.schema.fields
+                           if f.name in carried)
+    fold = _fold(carried, len(ident), s.time_limit_ms, buf.record_limit if eager else None,
+                 buf.byte_limit if eager else None, eager, b.stream_time)
+    changes = grouped.applyInPandas(fold, f"{key_schema}, {CHANGES}").localCheckpoint(eager=True)
+
+    emits = _placed(b, changes.filter("_what = 'emit'"))
+    emitted = _with_values(emits, ups, stored, ident, values).select(
+        *carried, *values, F.lit(False).alias("_gone"), F.col("_st").alias("_est"))
+    kept = _with_values(changes.filter("_what = 'keep'"), ups, stored, ident, values).select(*base, *values)
+    sized = (emits.select("_pos", "_dc", "_db")
+             .unionByName(changes.filter("_what = 'put'").select("_pos", "_dc", "_db"))
+             .unionByName(stored.select(F.lit(-1).cast("long").alias("_pos"), F.lit(1).cast("long").alias("_dc"),
+                                        F.col("_size").alias("_db"))))
+    outcome.results = emitted
+    outcome.limited = Limited(emitted, kept, sized)
+    return outcome
+
+
+def _updates(b: Batch) -> DataFrame:
+    """One row per update: the entry it names, position, stream time before/after, update time,
+    value and its size (UTF-8 bytes of the value's string form)."""
+    p = b.pipeline
+    ident = identity(p)
+    recs = b.records.withColumn("_sa", F.greatest("_sb", "_ts"))
+    if p.windows is not None:
+        recs = (assign(recs, p.windows).withColumn("window_start", F.explode("_acc"))
+                .withColumn("window_end", F.col("window_start") + p.windows.size_ms))
+    carried = _carried(p)
+    per_record = recs.groupBy(*carried, "_ord", "_sb", "_sa", "_ts").agg(*partials(p))
+    parts = [x.column for a in p.aggregates for x in a.partials]
+    if b.state is not None:  # stored partials of the entries this batch updates come first
+        stored = (b.state.select(*carried, *parts, "_max_ts").join(per_record.select(*ident).distinct(), ident,
+                                                                     "left_semi")
+                  .select(*carried, F.lit(None).cast(per_record.schema["_ord"].dataType).alias("_ord"),
+                          *[F.lit(None).cast("long").alias(c) for c in ("_sb", "_sa")],
+                          F.col("_max_ts").alias("_ts"), *parts))
+        per_record = per_record.unionByName(stored)
+    spec = (f"PARTITION BY {', '.join(quoted(c) for c in ident)} ORDER BY _ord ASC NULLS FIRST "
+            "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW")
+    bt = F.expr(f"max(_ts) OVER ({spec})") if p.windows is not None else F.col("_ts")
+    running = per_record.select(*carried, "_ord", "_sb", "_sa", bt.alias("_bt"),
+                                *[F.expr(x.over(spec)).alias(x.column) for a in p.aggregates for x in a.partials])
+    text = F.col(p.aggregates[0].name).cast("string") if len(p.aggregates) == 1 \
+        else F.to_json(F.struct(*[a.name for a in p.aggregates]))
+    key = F.concat_ws("\u0000", *[F.col(k).cast("string") for k in p.keys])
+    return (running.filter(F.col("_ord").isNotNull()).select(*carried, "_ord", "_sb", "_sa", "_bt", *finished(p))
+            .select(*carried, F.col("_ord.pos").alias("_pos"), "_sb", "_sa", "_bt",
+                    F.coalesce(F.octet_length(text), F.lit(0)).cast("long").alias("_size"), key.alias("_key"),
+                    *[a.name for a in p.aggregates]))
+
+
+def _fold(carried: list[str], n_ident: int, limit_ms: int, max_records: int | None, max_bytes: int | None,
+          eager: bool, stream_time: int | None):
+    """A pandas function: run one group's stored entries, updates (and ticks) through a buffer."""
+    def run(pdf: pd.DataFrame) -> pd.DataFrame:
+        buf = eviction.Buffer(limit_ms, max_records, max_bytes, eager)
+        order = lambda r: (r["_key"], r["window_start"] if "window_start" in r else 0)  # noqa: E731
+        rows = pdf.to_dict("records")
+        buf.load(eviction.Entry(tuple(r[c] for c in carried), order(r), int(r["_bt"]), int(r["_size"]))
+                 for r in rows if r["_kind"] == 0)
+        events = []
+        for r in sorted((r for r in rows if r["_kind"] != 0),
+                        key=lambda r: (r["_pos"], r["_kind"], r.get("window_start") or 0)):
+            if r["_kind"] == 1:
+                events.append(eviction.Update(tuple(r[c] for c in carried), order(r), int(r["_pos"]),
+                                              int(r["_sb"]), int(r["_sa"]), int(r["_bt"]), int(r["_size"]),
+                                              int(r["_pos"])))
+            else:
+                events.append(eviction.Tick(int(r["_pos"]), int(r["_sa"])))
+        out = [(*c.entry.ident, c.kind, c.pos, c.stream_time, c.threshold, c.entry.ref, c.entry.time,
+                c.entry.size, c.entry.order[0], c.d_count, c.d_bytes)
+               for c in eviction.fold(buf, events, stream_time, end_known=eager)]
+        return pd.DataFrame(out, columns=[*carried, "_what", "_pos", "_st", "_thr", "_ref", "_bt", "_size", "_key",
+                                          "_dc", "_db"])
+    return run
+
+
+def _placed(b: Batch, emits: DataFrame) -> DataFrame:
+    """Emits with their position and stream time: a per-key fold knows only the threshold of an
+    entry that left between its updates; it left at the first record whose stream time reached
+    it (stream time never decreases, so that record has the smallest such stream time)."""
+    unknown = emits.filter(F.col("_pos").isNull())
+    steps = b.records.groupBy(F.greatest("_sb", "_ts").alias("_v")).agg(F.min("_ord.pos").alias("_at"))
+    if b.stream_time is not None:
+        steps = steps.unionByName(b.records.sparkSession.createDataFrame(
+            [(b.stream_time, eviction.END)], "_v long, _at long"))
+    asks = unknown.select(F.col("_thr").alias("_v")).distinct().withColumn("_at", F.lit(None).cast("long"))
+    upto = Window.orderBy("_v", F.col("_at").isNotNull()).rowsBetween(Window.currentRow, Window.unboundedFollowing)
+    first: Column = F.first(F.when(F.col("_at").isNotNull(), F.struct("_v", "_at")), ignorenulls=True).over(upto)
+    answers = (asks.unionByName(steps).select("_v", F.col("_at").isNull().alias("_ask"), first.alias("_step"))
+               .filter("_ask").select(F.col("_v").alias("_thr"), F.col("_step._at").alias("_at"),
+                                      F.col("_step._v").alias("_sv")))
+    placed = (unknown.join(answers, "_thr").withColumn("_pos", F.col("_at")).withColumn("_st", F.col("_sv"))
+              .drop("_at", "_sv"))
+    return emits.filter(F.col("_pos").isNotNull()).unionByName(placed)
+
+
+def _with_values(rows: DataFrame, ups: DataFrame, stored: DataFrame, ident: list[str], values: list[str]) -> DataFrame:
+    """``rows`` (one per entry) with the entry's value: that of the update ``_ref``, or the
+    stored one (``_ref`` null: not updated in this batch)."""
+    from_update = rows.filter(F.col("_ref").isNotNull()).join(
+        ups.select(*ident, F.col("_pos").alias("_ref"), *values), [*ident, "_ref"])
+    from_store = rows.filter(F.col("_ref").isNull()).join(stored.select(*ident, *values), ident)
+    return from_update.unionByName(from_store)
