@@ -8,7 +8,8 @@ The public API (SPEC section 9)::
 """
 from . import aggregations as agg
 from .errors import (BatchFailedError, BatchOrderError, BufferFullError, ConcurrentBatchError,
-                     DefinitionError, FingerprintMismatchError, FrameworkError, InputError, QualityGateError)
+                     DefinitionError, FingerprintMismatchError, FrameworkError, InputError, QualityGateError,
+                     ReplayError)
 from .suppress import BufferConfig, Suppressed
 from .topology import Pipeline
 from .windows import SessionWindows, SlidingWindows, TimeWindows
@@ -31,4 +32,4 @@ def __getattr__(name: str):
 __all__ = ["Pipeline", "TimeWindows", "SlidingWindows", "SessionWindows", "Suppressed", "BufferConfig",
            "agg", "Runtime", "spark_session", "BatchResult", "FrameworkError", "DefinitionError",
            "InputError", "BatchFailedError", "BatchOrderError", "FingerprintMismatchError", "ConcurrentBatchError",
-           "BufferFullError", "QualityGateError"]
+           "BufferFullError", "QualityGateError", "ReplayError"]

@@ -41,7 +41,7 @@ def pipeline_status(spark: SparkSession, name: str, root: str) -> str:
     ledger = state.read(spark, t.ledger)
     last = ledger.filter("status = 'committed'").orderBy(F.desc("seq")).limit(1).collect()
     seq = last[0].seq if last else 0
-    pending = ledger.filter(F.col("seq") > seq).orderBy("seq").limit(1).collect()
+    pending = ledger.filter((F.col("seq") > seq) & (F.col("status") == "started")).orderBy("seq").limit(1).collect()
     lines = [f"{name}  ({root})"]
     if last:
         b = last[0]

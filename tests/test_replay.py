@@ -1,0 +1,128 @@
+"""Replay (SPEC 6(b)): a committed range re-run from the state before it, its results replaced
+atomically. Each test starts from a copy of one three-batch warehouse (a Delta table copied with
+its log is the same table)."""
+import shutil
+
+import pytest
+from delta.tables import DeltaTable
+from pyspark.sql import functions as F
+
+from framework import BatchOrderError, ReplayError, Runtime
+from framework.replay import ReplayBatch
+from harness import frame, run_stream
+from test_exactly_once import BATCHES, pipeline, snapshot
+
+IDS = ["b0000", "b0001", "b0002"]
+FIXED = [("A", 25, 40), ("A", 3, 5), ("B", 14, 6), ("B", 31, 7)]   # b0001 with A@25 corrected: 4 -> 40
+
+
+def _offset(index):
+    return sum(len(b) for b in BATCHES[:index])
+
+
+def _batches(spark, first, batches=BATCHES):
+    return [ReplayBatch(IDS[i], frame(spark, batches[i], _offset(i))) for i in range(first, len(batches))]
+
+
+def _tables(rt, p):
+    """Every table a reader sees, minus the ledger (a replay records itself there) and the
+    metrics' wall-clock column."""
+    return {k: v for k, v in snapshot(rt, p).items() if k != "ledger"}
+
+
+@pytest.fixture(scope="module")
+def template(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("replay") / "template"
+    run_stream(Runtime(spark, str(root), quality=False), pipeline("replay"), BATCHES)
+    return root
+
+
+@pytest.fixture
+def rt(spark, template, tmp_path):
+    shutil.copytree(template, tmp_path / "lake")
+    return Runtime(spark, str(tmp_path / "lake"), quality=False)
+
+
+def _committed(rt, p):
+    return [(r.seq, r.batch_id, r.fingerprint, r.stream_time)
+            for r in rt.ledger(p).filter("status = 'committed'").orderBy("seq").collect()]
+
+
+def test_replaying_the_same_range_twice_changes_nothing(rt):
+    p = pipeline("replay")
+    tables, committed = _tables(rt, p), _committed(rt, p)
+    for _ in range(2):
+        result = rt.replay(p, _batches(rt.spark, 1))
+        assert (result.first, result.last, [b.seq for b in result.batches]) == ("b0001", "b0002", [2, 3])
+        assert _tables(rt, p) == tables and _committed(rt, p) == committed
+    statuses = [r.status for r in rt.ledger(p).filter("seq >= 2").collect()]
+    assert statuses.count("replaced") == 4 and statuses.count("replayed") == 2
+    again = rt.run_batch(p, "b0001", frame(rt.spark, BATCHES[1], _offset(1)))
+    assert again.status == "already committed" and again.seq == 2
+
+
+def test_a_replay_with_fixed_input_changes_exactly_the_affected_window(rt, spark, tmp_path):
+    p = pipeline("replay")
+    before = {(r.k, r.window_start): r for r in rt.read_output(p).collect()}
+    result = rt.replay(p, _batches(spark, 1, [BATCHES[0], FIXED, BATCHES[2]]))
+    after = {(r.k, r.window_start): r for r in rt.read_output(p).collect()}
+    changed = {key for key in before.keys() | after.keys() if before.get(key) != after.get(key)}
+    assert [(k, str(start)) for k, start in changed] == [("A", "1970-01-01 00:00:00.020000")]
+    assert after[next(iter(changed))].total == 40 and result.removed == result.emitted
+
+    clean = Runtime(spark, str(tmp_path / "clean"), quality=False)
+    run_stream(clean, p, [BATCHES[0], FIXED, BATCHES[2]])
+    assert _tables(rt, p) == _tables(clean, p)
+    assert rt.run_batch(p, "b0001", frame(spark, FIXED, _offset(1))).status == "already committed"
+
+
+def test_a_replay_must_reach_the_last_committed_batch(rt, spark):
+    p = pipeline("replay")
+    with pytest.raises(ReplayError, match=r"1 later committed batch\(es\) \('b0002'..'b0002'\).*'b0002'"):
+        rt.replay(p, _batches(spark, 1)[:1])
+    with pytest.raises(ReplayError, match="'b0009' is not committed"):
+        rt.replay(p, [("b0009", frame(spark, BATCHES[2]))])
+
+
+def test_a_replay_whose_restore_point_was_vacuumed_fails_naming_it(rt, spark):
+    p = pipeline("replay")
+    path = rt.tables(p).state
+    needed = rt.ledger(p).filter("status = 'committed' AND batch_id = 'b0000'").first().state_version
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        DeltaTable.forPath(spark, path).vacuum(0)
+    finally:
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    tables, ledger = snapshot(rt, p), rt.ledger(p).count()
+    with pytest.raises(ReplayError) as error:
+        rt.replay(p, _batches(spark, 1))
+    message = str(error.value)
+    assert "pipeline 'replay', replay of 'b0001'..'b0002'" in message
+    assert f"table 'state' version {needed}" in message and "removed (VACUUM)" in message
+    assert snapshot(rt, p) == tables and rt.ledger(p).count() == ledger
+
+
+def test_a_running_replay_holds_off_the_next_batch_and_a_failed_one_is_undone(rt, spark, tmp_path):
+    """The hook runs before each write of the replayed batches: the next ordinary batch is
+    refused while the replay runs; then the replay fails before its second batch's output."""
+    p = pipeline("replay")
+    tables, ledger = snapshot(rt, p), rt.ledger(p).count()
+    nxt = Runtime(spark, rt.warehouse, quality=False)
+    refused, outputs = [], []
+
+    def hook(point):
+        if point == "state" and not refused:
+            with pytest.raises(BatchOrderError, match=r"batch 'replay b0001..b0002' \(seq 4\) was started"):
+                nxt.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100))
+            refused.append(point)
+        if point == "output":
+            outputs.append(point)
+            if len(outputs) == 2:
+                raise RuntimeError("replay dies")
+
+    replaying = Runtime(spark, rt.warehouse, quality=False, before_write=hook)
+    with pytest.raises(RuntimeError, match="replay dies"):
+        replaying.replay(p, _batches(spark, 1, [BATCHES[0], FIXED, BATCHES[2]]))
+    assert refused and snapshot(rt, p) == tables and rt.ledger(p).count() == ledger
+    assert nxt.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100)).seq == 4
+    assert rt.read_output(p).filter(F.col("emitted_batch_id") == "b0003").count() > 0
