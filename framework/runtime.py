@@ -285,13 +285,6 @@ class Runtime:
         from .replay import replay
         return replay(self, pipeline, batches)
 
-    def replay(self, pipeline: Pipeline, batches) -> "ReplayResult":
-        """Re-run the committed batches from ``batches[0]`` through the last one with the given
-        input (``ReplayBatch`` or ``(batch_id, input_df)``), replacing their results atomically.
-        See ``framework.replay``."""
-        from .replay import replay
-        return replay(self, pipeline, batches)
-
     # ---- helpers ---------------------------------------------------------------------------
     def _write(self, point: str, action: Callable[[], None]) -> None:
         self._step = f"writing {point!r}"
