@@ -1,4 +1,4 @@
-"""The example pipelines of jobs/ as Airflow DAGs, one factory call each.
+"""The example pipelines of jobs/ as Airflow DAGs, one factory call each, and their replay DAGs.
 
 Paths come from the environment, with defaults under the repository's ``var/`` folder:
 FINALRESULTS_WAREHOUSE (pipeline tables), FINALRESULTS_LANDING (input tables), FINALRESULTS_JOBS
@@ -8,7 +8,7 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
-from framework.airflow import pipeline_dag
+from framework.airflow import pipeline_dag, replay_dag
 
 REPO = Path(__file__).resolve().parents[1]
 WAREHOUSE = os.environ.get("FINALRESULTS_WAREHOUSE", str(REPO / "var" / "warehouse"))
@@ -20,3 +20,8 @@ START = START if START.tzinfo else START.replace(tzinfo=timezone.utc)
 user_alerts = pipeline_dag(str(JOBS / "user_alerts.py"), "0 * * * *", START, warehouse=WAREHOUSE, landing=LANDING)
 page_sessions = pipeline_dag(str(JOBS / "page_sessions.py"), None, START, warehouse=WAREHOUSE, landing=LANDING)
 sliding_metric = pipeline_dag(str(JOBS / "sliding_metric.py"), None, START, warehouse=WAREHOUSE, landing=LANDING)
+
+# Manually triggered replays of a committed range (params: start, optional end).
+user_alerts_replay = replay_dag(str(JOBS / "user_alerts.py"), warehouse=WAREHOUSE, landing=LANDING)
+page_sessions_replay = replay_dag(str(JOBS / "page_sessions.py"), warehouse=WAREHOUSE, landing=LANDING)
+sliding_metric_replay = replay_dag(str(JOBS / "sliding_metric.py"), warehouse=WAREHOUSE, landing=LANDING)

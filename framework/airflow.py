@@ -1,6 +1,7 @@
 """Airflow 3 DAGs for pipelines: each data interval becomes one batch, strictly in order.
 
-``pipeline_dag(job)`` builds ``spark_batch >> quality_gate`` for a job module (SPEC 6):
+``pipeline_dag(job)`` builds ``spark_batch >> quality_gate`` for a job module (SPEC 6), and
+``replay_dag(job)`` a manually triggered ``spark_replay >> quality_gate`` for its replays:
 
 - an *interval* timetable, so ``data_interval_start < data_interval_end`` (Airflow 3's plain cron
   schedules give runs whose interval is a single instant, which would read no records);
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk import DAG, CronDataIntervalTimetable, DeltaDataIntervalTimetable
+from airflow.sdk import DAG, CronDataIntervalTimetable, DeltaDataIntervalTimetable, Param
 
 from .batchjob import load_job
 
@@ -70,6 +71,23 @@ def _local_spark_tools() -> tuple[str | None, dict[str, str]]:
     return (str(binary) if binary.exists() else None), {"PYSPARK_PYTHON": sys.executable}
 
 
+def _submit(task_id: str, job, application: str, arguments: list[str], *, conn_id: str,
+            spark_conf: dict[str, str] | None, spark_env: dict[str, str] | None, spark_binary: str | None,
+            packages: str | None) -> SparkSubmitOperator:
+    """The task running ``spark-submit <job file> <arguments>`` through connection ``conn_id``."""
+    local_binary, local_env = _local_spark_tools()
+    return SparkSubmitOperator(
+        task_id=task_id, conn_id=conn_id, application=application, name=f"finalresults-{job.PIPELINE.name}",
+        packages=packages, conf={"spark.log.level": "WARN", **(spark_conf or {})},
+        env_vars=spark_env if spark_env is not None else local_env,
+        spark_binary=spark_binary or local_binary, application_args=arguments)
+
+
+def _gate(application: str, warehouse: str) -> PythonOperator:
+    return PythonOperator(task_id="quality_gate", python_callable=quality_gate,
+                          op_kwargs={"job": application, "warehouse": warehouse})
+
+
 def pipeline_dag(job_module: str, schedule: timedelta | str | None = None, start_date: datetime | None = None, *,
                  warehouse: str, landing: str, dag_id: str | None = None, catchup: bool = True,
                  timezone: str = "UTC", conn_id: str = "spark_default", retries: int = 2,
@@ -95,22 +113,52 @@ def pipeline_dag(job_module: str, schedule: timedelta | str | None = None, start
         raise TypeError(f"job {job_module!r} declares no SCHEDULE: pass 'schedule'")
     if start_date is None:
         raise TypeError("'start_date' is required: the first interval the pipeline must process")
-    local_binary, local_env = _local_spark_tools()
     default_args = {"depends_on_past": True, "wait_for_downstream": True,
                     "retries": retries, "retry_delay": retry_delay}
     with DAG(dag_id=dag_id or pipeline.name, schedule=_timetable(schedule, timezone), start_date=start_date,
              catchup=catchup, max_active_runs=1, default_args=default_args, tags=["finalresults"],
              description=(job.__doc__ or pipeline.name).strip().splitlines()[0],
              doc_md=f"```\n{pipeline.describe()}\n```") as dag:
-        batch = SparkSubmitOperator(
-            task_id="spark_batch", conn_id=conn_id, application=application, name=f"finalresults-{pipeline.name}",
-            packages=packages, conf={"spark.log.level": "WARN", **(spark_conf or {})},
-            env_vars=spark_env if spark_env is not None else local_env,
-            spark_binary=spark_binary or local_binary,
-            application_args=["--batch-start", "{{ data_interval_start.isoformat() }}",
-                              "--batch-end", "{{ data_interval_end.isoformat() }}",
-                              "--warehouse", warehouse, "--landing", landing])
-        gate = PythonOperator(task_id="quality_gate", python_callable=quality_gate,
-                              op_kwargs={"job": application, "warehouse": warehouse})
-        batch >> gate
+        batch = _submit("spark_batch", job, application,
+                        ["--batch-start", "{{ data_interval_start.isoformat() }}",
+                         "--batch-end", "{{ data_interval_end.isoformat() }}",
+                         "--warehouse", warehouse, "--landing", landing],
+                        conn_id=conn_id, spark_conf=spark_conf, spark_env=spark_env, spark_binary=spark_binary,
+                        packages=packages)
+        batch >> _gate(application, warehouse)
+    return dag
+
+
+def replay_dag(job_module: str, every: timedelta | None = None, *, warehouse: str, landing: str,
+               dag_id: str | None = None, conn_id: str = "spark_default", spark_conf: dict[str, str] | None = None,
+               spark_env: dict[str, str] | None = None, spark_binary: str | None = None,
+               packages: str | None = DELTA_PACKAGE) -> DAG:
+    """A manually triggered DAG replaying a committed range of ``job_module`` (``framework.replay``):
+    ``spark_replay`` (spark-submit of the job with ``--replay``) then ``quality_gate``.
+
+    Trigger it with params ``start`` (the first replayed interval's start, ISO) and optionally
+    ``end`` (default: through the last committed batch, the only end a replay accepts). Intervals
+    are ``every`` long (default: the job's ``SCHEDULE``), as the pipeline's DAG ran them. Pause
+    the pipeline's DAG meanwhile: its next batch is refused while the replay runs.
+
+    Example::
+
+        airflow dags trigger user_alerts_replay --conf '{"start": "2026-01-01T01:00:00+00:00"}'
+    """
+    job = load_job(job_module)
+    pipeline, application = job.PIPELINE, str(Path(job.__file__).resolve())
+    every = every if every is not None else getattr(job, "SCHEDULE", None)
+    if not isinstance(every, timedelta):
+        raise TypeError(f"job {job_module!r}: a replay needs fixed-length intervals: pass 'every' (a timedelta)")
+    params = {"start": Param(type="string", minLength=1, description="first replayed interval start, ISO timestamp"),
+              "end": Param("", type="string", description="end of the range; empty: the last committed batch")}
+    with DAG(dag_id=dag_id or f"{pipeline.name}_replay", schedule=None, max_active_runs=1, params=params,
+             tags=["finalresults", "replay"], description=f"Replay a committed range of {pipeline.name}",
+             doc_md=replay_dag.__doc__) as dag:
+        replay = _submit("spark_replay", job, application,
+                         ["--replay", "--batch-start", "{{ params.start }}", "--batch-end", "{{ params.end }}",
+                          "--every", f"{int(every.total_seconds())}s", "--warehouse", warehouse, "--landing", landing],
+                         conn_id=conn_id, spark_conf=spark_conf, spark_env=spark_env, spark_binary=spark_binary,
+                         packages=packages)
+        replay >> _gate(application, warehouse)
     return dag

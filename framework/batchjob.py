@@ -12,6 +12,7 @@ import argparse
 import datetime as dt
 import importlib.util
 import os
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -23,9 +24,11 @@ from .topology import Pipeline
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from .replay import ReplayResult
     from .runtime import BatchResult
 
 INGEST_TIME = "ingest_time"
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 
 
 class JobError(FrameworkError):
@@ -98,6 +101,28 @@ def read_landing(spark: SparkSession, landing: str, table: str,
             .filter((arrived >= F.lit(start.replace(tzinfo=utc))) & (arrived < F.lit(end.replace(tzinfo=utc)))))
 
 
+def parse_duration(text: str) -> dt.timedelta:
+    """``1h``, ``30m``, ``1h30m``, ``1d`` as a timedelta."""
+    match = _DURATION.fullmatch(text.strip())
+    if not text.strip() or not match:
+        raise JobError(f"--every {text!r} is not a duration like 1h, 30m, 1h30m or 1d")
+    d, h, m, s = (int(x or 0) for x in match.groups())
+    every = dt.timedelta(days=d, hours=h, minutes=m, seconds=s)
+    if every <= dt.timedelta(0):
+        raise JobError("--every must be positive")
+    return every
+
+
+def intervals(start: dt.datetime, stop: dt.datetime, every: dt.timedelta) -> list[tuple[dt.datetime, dt.datetime]]:
+    """The consecutive ``every``-long intervals from ``start`` to ``stop``, which must line up
+    with them (batches are the DAG's data intervals)."""
+    if not start < stop or (stop - start) % every:
+        raise JobError(f"--to must be --from plus a whole number of {every} intervals "
+                       "(batches must line up with the DAG's data intervals)")
+    count = (stop - start) // every
+    return [(start + i * every, start + (i + 1) * every) for i in range(count)]
+
+
 def check_interval(pipeline: Pipeline, start: dt.datetime, end: dt.datetime) -> None:
     """Refuse an empty or reversed interval (before any Spark work starts)."""
     if not start < end:
@@ -114,6 +139,28 @@ def run_interval(spark: SparkSession, pipeline: Pipeline, table: str, start: dt.
     return Runtime(spark, warehouse).run_batch(pipeline, batch_id(start), records, batch_end=end)
 
 
+def replay_intervals(spark: SparkSession, pipeline: Pipeline, table: str, start: dt.datetime,
+                     stop: dt.datetime | None, every: dt.timedelta, warehouse: str, landing: str) -> ReplayResult:
+    """Replay the batches of the ``every``-long intervals from ``start`` to ``stop`` with the
+    landing records as they are now (after a fix). ``stop`` defaults to the end of the last
+    committed batch; a replay must reach it (see ``framework.replay``)."""
+    from pyspark.sql import functions as F
+
+    from . import state
+    from .replay import ReplayBatch
+    from .runtime import Runtime
+
+    rt = Runtime(spark, warehouse)
+    if stop is None:
+        last = (rt.ledger(pipeline).filter("status = 'committed'").agg(F.max("batch_id")).first()[0]
+                if state.exists(spark, rt.tables(pipeline).ledger) else None)
+        if last is None:
+            raise JobError(f"pipeline {pipeline.name!r}: no committed batch under {warehouse}: nothing to replay")
+        stop = parse_time(last, "the last committed batch id") + every
+    return rt.replay(pipeline, [ReplayBatch(batch_id(s), read_landing(spark, landing, table, s, e), e)
+                                for s, e in intervals(start, stop, every)])
+
+
 def summary(result: BatchResult) -> str:
     """One line a person (or an Airflow log) reads to know what a batch did."""
     return (f"{result.pipeline} batch {result.batch_id}: {result.status} (seq {result.seq}), "
@@ -121,11 +168,21 @@ def summary(result: BatchResult) -> str:
             f"late {result.dropped_late}, stream time {result.stream_time}")
 
 
+def replay_summary(result: ReplayResult) -> str:
+    """One line on a replay: its range and the final rows it replaced."""
+    return (f"{result.pipeline} replay {result.first}..{result.last}: {len(result.batches)} batch(es) re-run, "
+            f"{result.removed} final row(s) replaced by {result.emitted}")
+
+
 def _arguments(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=(
-        "Run one batch of this pipeline: the landing records that arrived in [--batch-start, --batch-end)."))
+        "Run one batch of this pipeline: the landing records that arrived in [--batch-start, --batch-end). "
+        "With --replay, replay the committed batches of the --every-long intervals from --batch-start to "
+        "--batch-end (default: through the last committed batch)."))
     parser.add_argument("--batch-start", required=True, help="interval start, ISO timestamp (data_interval_start)")
-    parser.add_argument("--batch-end", required=True, help="interval end, ISO timestamp, exclusive")
+    parser.add_argument("--batch-end", help="interval end, ISO timestamp, exclusive (required unless --replay)")
+    parser.add_argument("--replay", action="store_true", help="replay a committed range (framework.replay)")
+    parser.add_argument("--every", help="with --replay: the interval length, e.g. 1h")
     parser.add_argument("--warehouse", required=True, help="folder of the pipelines' Delta tables")
     parser.add_argument("--landing", required=True, help="folder of the landing Delta tables")
     return parser
@@ -138,7 +195,16 @@ def main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> int:
 
     spark = None
     try:
-        start, end = parse_time(args.batch_start, "--batch-start"), parse_time(args.batch_end, "--batch-end")
+        start = parse_time(args.batch_start, "--batch-start")
+        end = parse_time(args.batch_end, "--batch-end") if args.batch_end else None
+        if args.replay:
+            every = parse_duration(args.every or "")
+            spark = spark_session(f"finalresults-{pipeline.name}-replay")
+            print(replay_summary(replay_intervals(spark, pipeline, table, start, end, every, args.warehouse,
+                                                  args.landing)))
+            return 0
+        if end is None:
+            raise JobError("--batch-end is required (unless --replay)")
         check_interval(pipeline, start, end)
         spark = spark_session(f"finalresults-{pipeline.name}")
         print(summary(run_interval(spark, pipeline, table, start, end, args.warehouse, args.landing)))

@@ -1,4 +1,4 @@
-"""``python -m framework`` / ``finalresults``: run, backfill, inspect and check pipelines.
+"""``python -m framework`` / ``finalresults``: run, backfill, replay, inspect and check pipelines.
 
 Every command takes a job (``jobs/user_alerts.py`` or ``jobs.user_alerts``) whose module declares
 ``PIPELINE``, ``LANDING`` and ``SCHEDULE``. Paths default to $FINALRESULTS_WAREHOUSE and
@@ -10,26 +10,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import re
 import sys
 from types import ModuleType
 
-from .batchjob import JobError, batch_id, check_interval, load_job, parse_time, run_interval, summary
+from .batchjob import (JobError, batch_id, check_interval, intervals, load_job, parse_duration, parse_time,
+                       replay_intervals, replay_summary, run_interval, summary)
 from .errors import FrameworkError
-
-_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
-
-
-def parse_duration(text: str) -> dt.timedelta:
-    """``1h``, ``30m``, ``1h30m``, ``1d`` as a timedelta."""
-    match = _DURATION.fullmatch(text.strip())
-    if not text.strip() or not match:
-        raise JobError(f"--every {text!r} is not a duration like 1h, 30m, 1h30m or 1d")
-    d, h, m, s = (int(x or 0) for x in match.groups())
-    every = dt.timedelta(days=d, hours=h, minutes=m, seconds=s)
-    if every <= dt.timedelta(0):
-        raise JobError("--every must be positive")
-    return every
 
 
 def _schedule(job: ModuleType, every: str | None) -> dt.timedelta:
@@ -59,21 +45,27 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     job = load_job(args.job)
-    start, stop = parse_time(args.start, "--from"), parse_time(args.stop, "--to")
-    every = _schedule(job, args.every)
-    if not start < stop or (stop - start) % every:
-        raise JobError(f"--to must be --from plus a whole number of {every} intervals "
-                       "(batches must line up with the DAG's data intervals)")
+    todo = intervals(parse_time(args.start, "--from"), parse_time(args.stop, "--to"), _schedule(job, args.every))
     spark = _spark(args, job.PIPELINE.name)
-    while start < stop:
+    for start, end in todo:
         try:
-            result = run_interval(spark, job.PIPELINE, job.LANDING, start, start + every,
-                                  args.warehouse, args.landing)
+            result = run_interval(spark, job.PIPELINE, job.LANDING, start, end, args.warehouse, args.landing)
         except FrameworkError as e:
             raise type(e)(f"{e} (backfill stopped at batch {batch_id(start)}; earlier batches are committed "
                           "and are skipped when the backfill is run again)") from e
         print(summary(result))
-        start += every
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    job = load_job(args.job)
+    start = parse_time(args.start, "--from")
+    stop = parse_time(args.stop, "--to") if args.stop else None
+    every = _schedule(job, args.every)
+    if stop is not None:
+        intervals(start, stop, every)  # refuse a misaligned range before Spark starts
+    print(replay_summary(replay_intervals(_spark(args, f"{job.PIPELINE.name}-replay"), job.PIPELINE, job.LANDING,
+                                          start, stop, every, args.warehouse, args.landing)))
     return 0
 
 
@@ -127,7 +119,7 @@ def parser() -> argparse.ArgumentParser:
     warehouse = os.environ.get("FINALRESULTS_WAREHOUSE", "var/warehouse")
     landing = os.environ.get("FINALRESULTS_LANDING", "var/landing")
     root = argparse.ArgumentParser(prog="finalresults",
-                                   description="Run, backfill, inspect and check final-results pipelines.")
+                                   description="Run, backfill, replay, inspect and check final-results pipelines.")
     commands = root.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, handler, text: str, job: bool = True, spark: bool = True, data: bool = False):
@@ -151,6 +143,13 @@ def parser() -> argparse.ArgumentParser:
     backfill.add_argument("--from", dest="start", required=True, help="first interval start, ISO timestamp")
     backfill.add_argument("--to", dest="stop", required=True, help="last interval end, ISO timestamp")
     backfill.add_argument("--every", help="interval length, e.g. 1h or 15m (default: the job's SCHEDULE)")
+    replay = command("replay", cmd_replay, (
+        "Re-run committed batches from --from through the last committed one with the landing records as they "
+        "are now, replacing their final rows atomically (state restored by Delta time travel)."), data=True)
+    replay.add_argument("--from", dest="start", required=True, help="first replayed interval start, ISO timestamp")
+    replay.add_argument("--to", dest="stop", help="end of the range (default and only allowed value: the end of "
+                        "the last committed batch; later batches depend on the replayed state)")
+    replay.add_argument("--every", help="interval length, e.g. 1h or 15m (default: the job's SCHEDULE)")
     status = command("status", cmd_status, "Per pipeline: last batch, stream time, open windows, metrics.",
                      job=False)
     status.add_argument("jobs", nargs="*", metavar="job", help="job modules (default: every pipeline in the warehouse)")

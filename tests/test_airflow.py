@@ -26,7 +26,7 @@ def dagbag():
 
 def test_dag_file_has_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert set(dagbag.dag_ids) == PIPELINES
+    assert set(dagbag.dag_ids) == PIPELINES | {f"{p}_replay" for p in PIPELINES}
 
 
 def test_parsing_the_dag_file_imports_no_spark():
@@ -75,6 +75,16 @@ def test_a_cron_schedule_gets_a_cron_interval_timetable(dagbag):
 
     assert isinstance(dagbag.dags["user_alerts"].timetable, CronDataIntervalTimetable)
     assert isinstance(dagbag.dags["page_sessions"].timetable, DeltaDataIntervalTimetable)
+
+
+def test_a_replay_dag_submits_the_job_with_its_params_then_gates(dagbag):
+    dag = dagbag.dags["user_alerts_replay"]
+    replay = dag.get_task("spark_replay")
+    assert type(dag.timetable).__name__ == "NullTimetable" and dag.max_active_runs == 1  # manual runs only
+    assert set(dag.params) == {"start", "end"} and dag.params["end"] == ""
+    assert replay.downstream_task_ids == {"quality_gate"} and replay.application == str(ROOT / "jobs" / "user_alerts.py")
+    assert replay.application_args[:7] == ["--replay", "--batch-start", "{{ params.start }}",
+                                           "--batch-end", "{{ params.end }}", "--every", "3600s"]
 
 
 @pytest.mark.slow

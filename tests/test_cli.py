@@ -1,4 +1,4 @@
-"""The command line: --help everywhere, one-line errors with exit 1, and a backfill end to end."""
+"""The command line: --help everywhere, one-line errors with exit 1, and a backfill and a replay end to end."""
 import datetime as dt
 import re
 import subprocess
@@ -14,7 +14,7 @@ from framework.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 ALERTS = str(ROOT / "jobs" / "user_alerts.py")
 START, END = dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 1, 3)
-COMMANDS = ["run", "backfill", "status", "describe", "validate"]
+COMMANDS = ["run", "backfill", "replay", "status", "describe", "validate"]
 
 
 def test_python_m_framework_lists_every_command():
@@ -41,6 +41,7 @@ def test_every_command_has_help(command, capsys):
     (["backfill", ALERTS, "--from", "2026-01-01T00:00", "--to", "2026-01-01T01:30"], "whole number of 1:00:00"),
     (["backfill", ALERTS, "--from", "2026-01-01", "--to", "2026-01-02", "--every", "soon"], "not a duration"),
     (["status", "--warehouse", "/nonexistent/warehouse"], "does not exist"),
+    (["replay", ALERTS, "--from", "2026-01-01T00:00", "--to", "2026-01-01T00:30"], "whole number of 1:00:00"),
 ])
 def test_errors_are_one_clear_line_and_exit_1(argv, message, capsys):
     assert main(argv) == 1
@@ -81,6 +82,13 @@ def test_backfill_status_validate(spark, tmp_path, capsys, monkeypatch):
     assert main(["status", "--warehouse", warehouse]) == 0
     status = capsys.readouterr().out
     assert "last batch     2026-01-01T02:00:00 (seq 3)" in status and "open windows" in status
+
+    before = Runtime(spark, warehouse).read_output(load_job(ALERTS).PIPELINE).collect()
+    assert main(["replay", ALERTS, "--from", "2026-01-01T01:00", *paths]) == 0
+    assert "replay 2026-01-01T01:00:00..2026-01-01T02:00:00: 2 batch(es) re-run" in capsys.readouterr().out
+    assert sorted(Runtime(spark, warehouse).read_output(load_job(ALERTS).PIPELINE).collect()) == sorted(before)
+    assert main(["replay", ALERTS, "--from", "2026-01-01T01:00", "--to", "2026-01-01T02:00", *paths]) == 1
+    assert "later committed batch(es) ('2026-01-01T02:00:00'" in capsys.readouterr().err
 
     assert main(["validate", ALERTS, "--warehouse", warehouse]) == 0
     assert re.search(r"(\d+) of \1 expectations passed", capsys.readouterr().out)
