@@ -129,12 +129,12 @@ def replay(rt: Runtime, pipeline: Pipeline,
     for name, (path, version) in restore_to.items():
         _check_available(spark, where, name, path, version)
 
+    touched = {path: state.latest_version(spark, path)   # what a failed replay restores
+               for path in [*(path for path, _ in restore_to.values()), t.output, t.late, t.metrics]}
     attempt = uuid.uuid4().hex
     known = {r.attempt for r in rows} | {attempt}
     _claim(spark, where, t.ledger, known, last.seq + 1, first, last, attempt)
     staged = _Staged(t.root, t.sink, os.path.join(t.root, "_replay", attempt), _appended(p))
-    touched = {path: state.latest_version(spark, path)
-               for path in [*(path for path, _ in restore_to.values()), t.output, t.late, t.metrics]}
     tag = f"{p.name}.replay@{attempt}"
     try:
         restored = {name: _restore(spark, path, version, tag) for name, (path, version) in restore_to.items()}
@@ -195,8 +195,9 @@ def _check_pending(where: str, rows: list, next_seq: int, first_seq: int) -> Non
 
 
 def _appended(p: Pipeline) -> bool:
-    """Whether the sink is append-only (rows stamped with the batch that emitted them)."""
-    return p.suppressed_final or p.rate_limited
+    """Whether the sink is append-only, its rows stamped with the batch that emitted them (as
+    ``sinks.publish`` writes it: final results, or a log of rate-limited updates)."""
+    return p.suppression is not None
 
 
 def _restorable(rt: Runtime, p: Pipeline, t: state.Tables, before, rows) -> dict[str, tuple[str, int | None]]:

@@ -2,12 +2,13 @@
 atomically. Each test starts from a copy of one three-batch warehouse (a Delta table copied with
 its log is the same table)."""
 import shutil
+from datetime import timedelta as td
 
 import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from framework import BatchOrderError, ReplayError, Runtime
+from framework import BatchOrderError, BufferConfig, Pipeline, ReplayError, Runtime, Suppressed, agg
 from framework.replay import ReplayBatch
 from harness import frame, run_stream
 from test_exactly_once import BATCHES, pipeline, snapshot
@@ -126,3 +127,23 @@ def test_a_running_replay_holds_off_the_next_batch_and_a_failed_one_is_undone(rt
     assert refused and snapshot(rt, p) == tables and rt.ledger(p).count() == ledger
     assert nxt.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100)).seq == 4
     assert rt.read_output(p).filter(F.col("emitted_batch_id") == "b0003").count() > 0
+
+
+def test_a_replay_restores_a_rate_limiting_buffer(spark, tmp_path):
+    """The buffer is one of the tables the ledger versions: restored like window state. B@31's
+    fix changes what leaves the buffer when stream time reaches 41."""
+    p = (Pipeline("replay_rate", timestamp="ts", arrival="seq").group_by("k").aggregate(agg.latest("v", "v"))
+         .suppress(Suppressed.until_time_limit(td(milliseconds=10), BufferConfig.unbounded()).with_name("rate"))
+         .to("out"))
+    fixed = [BATCHES[0], [("A", 25, 4), ("A", 3, 5), ("B", 14, 6), ("B", 31, 70)], BATCHES[2]]
+    rt, clean = (Runtime(spark, str(tmp_path / name), quality=False) for name in ("lake", "clean"))
+    run_stream(rt, p, BATCHES)
+    before = _tables(rt, p)["output"]
+    rt.replay(p, _batches(spark, 1, fixed))
+    run_stream(clean, p, fixed)
+
+    def buffer(r):
+        return sorted(map(str, spark.read.format("delta").load(r.tables(p).buffer("rate")).collect()))
+
+    assert _tables(rt, p) == _tables(clean, p) and buffer(rt) == buffer(clean)
+    assert _tables(rt, p)["output"] != before
