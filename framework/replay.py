@@ -149,8 +149,11 @@ def replay(rt: Runtime, pipeline: Pipeline,
                                        "Let that batch finish, then replay through it.")
         removed = _publish(spark, p, t, staged, first, tag)
         _commit(spark, t, staged, first, last, attempt, p)
-    except BaseException:
+    except BaseException as e:
         _undo(spark, touched, t.ledger, attempt, tag)
+        if isinstance(e, (Py4JJavaError, PySparkException)):
+            raise ReplayError(f"{where}: failed: {_first_line(e)}. The replay was undone; fix the cause (see the "
+                              "chained Spark error) and run it again.") from e
         raise
     finally:
         _remove(spark, staged.staging)
