@@ -123,8 +123,12 @@ class Suppressed:
 
     @staticmethod
     def until_time_limit(limit: timedelta | int, buffer: BufferConfig) -> "Suppressed":
-        """Rate-limit updates: a key leaves the buffer ``limit`` after the update that put it
-        there (``limit = 0`` disables suppression and flushes the buffer)."""
+        """Rate-limit updates: a key leaves the buffer once stream time reaches ``limit`` after
+        the update that put it there (later updates replace its value, not its timer), so each
+        key is emitted at most once per ``limit`` of stream time, with its latest value. Any
+        buffer config: an eager one also emits the oldest keys early when full. ``limit = 0``
+        disables suppression and flushes the buffer. The sink is a log of emissions.
+        Cost: one buffer row per key updated within the last ``limit``."""
         return Suppressed("until_time_limit", buffer, to_millis(limit, "time limit"))
 
     def with_name(self, name: str) -> "Suppressed":

@@ -54,7 +54,7 @@ def expected(model_rows, batch_ids=None):
     return sorted(out, key=lambda r: (r["k"], r["window_start"]))
 
 
-def in_parallel(jobs):
+def in_parallel(jobs, workers=None):
     """Run independent callables at once (separate pipelines, separate Spark sessions)."""
-    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+    with ThreadPoolExecutor(max_workers=workers or len(jobs)) as pool:
         return [f.result() for f in [pool.submit(j) for j in jobs]]

@@ -11,11 +11,12 @@ SPEC 3.6 differs from the KIP's drawings in one respect: an update keeps the key
 (the KIP draws the newer timestamp in the slot; Kafka's buffer keeps the first one). Where that
 changes an outcome, the test says so.
 """
+import random
 from datetime import timedelta as td
 
 import pytest
 
-from framework import BufferConfig, BufferFullError, Pipeline, Runtime, Suppressed, agg
+from framework import BufferConfig, BufferFullError, Pipeline, Runtime, Suppressed, TimeWindows, agg
 from framework import eviction
 from harness import frame, in_parallel, run_stream
 import reference as ref
@@ -45,110 +46,246 @@ def slots_and_emits(limit, buffer, records):
     return slots, emits
 
 
-def run_table(spark, warehouse, name, limit, buffer, records, slots, emits):
-    got_slots, got_emits = slots_and_emits(limit, buffer, records)
-    assert got_slots == slots
-    assert got_emits == emits
-    stream = [(k, ts, v) for k, v, ts in records]
-    times = [max(ts for _, _, ts in records[:i + 1]) for i in range(len(records))]
+TABLES = {}
 
-    def run(split):
-        rt = Runtime(spark.newSession(), f"{warehouse}/{split}", quality=False)
+
+def table(name, limit, buffer, records, slots, emits):
+    """Register a KIP table; its Spark runs happen together (see ``spark_runs``)."""
+    TABLES[name] = (limit, buffer, records, slots, emits)
+
+
+@pytest.fixture(scope="module")
+def spark_runs(spark, tmp_path_factory):
+    """Every table through Spark and Delta, as one batch and as one batch per record, run
+    concurrently (each run is a few tiny batches: most of their time is commit latency)."""
+    lake = tmp_path_factory.mktemp("kip328")
+
+    def run(name, split):
+        limit, buffer, records, _, _ = TABLES[name]
+        rt = Runtime(spark.newSession(), f"{lake}/{split}", quality=False)
         p = pipeline(name, limit, buffer)
-        batches = [stream] if split == "one" else [[r] for r in stream]
-        last = run_stream(rt, p, batches, value_type=STRING)[-1]
-        if rt._last_commit(p).output_version is None:
-            return split, [], last
-        rows = rt.read_output(p).selectExpr("k", "v", "emitted_batch_id", "unix_millis(emitted_stream_time) AS st")
-        return split, sorted(tuple(r) for r in rows.collect()), last
+        stream = [(k, ts, v) for k, v, ts in records]
+        last = run_stream(rt, p, [stream] if split == "one" else [[r] for r in stream], value_type=STRING)[-1]
+        rows = []
+        if rt._last_commit(p).output_version is not None:
+            rows = sorted(tuple(r) for r in rt.read_output(p).selectExpr(
+                "k", "v", "emitted_batch_id", "unix_millis(emitted_stream_time) AS st").collect())
+        return (name, split), (rows, last)
 
-    for split, rows, last in in_parallel([lambda s=s: run(s) for s in ("one", "each")]):
-        want = sorted((k, v, "b0000" if split == "one" else f"b{at:04d}", times[at]) for k, v, at in emits)
-        assert rows == want, split
+    jobs = [lambda n=n, s=s: run(n, s) for n in TABLES for s in ("one", "each")]
+    return dict(in_parallel(jobs, workers=6))
+
+
+def check(spark_runs, name):
+    limit, buffer, records, slots, emits = TABLES[name]
+    assert slots_and_emits(limit, buffer, records) == (slots, emits)
+    times = [max(ts for _, _, ts in records[:i + 1]) for i in range(len(records))]
+    for split in ("one", "each"):
+        rows, last = spark_runs[(name, split)]
+        assert rows == sorted((k, v, "b0000" if split == "one" else f"b{at:04d}", times[at]) for k, v, at in emits)
         if split == "one":
             assert last.metrics["suppression_buffer_count_current"] == len(slots[-1])
             assert last.metrics["suppression_emit_total"] == len(emits)
 
 
-def test_an_update_overwrites_the_value_and_keeps_the_buffer_time(spark, warehouse):
-    run_table(spark, warehouse, "overwrite", FOREVER, BufferConfig.unbounded(),
-              [("A", "x", 0), ("A", "y", 1)],
-              slots=[[("A", "x", 0)], [("A", "y", 0)]], emits=[])
+table("overwrite", FOREVER, BufferConfig.unbounded(),
+      [("A", "x", 0), ("A", "y", 1)],
+      slots=[[("A", "x", 0)], [("A", "y", 0)]], emits=[])
 
 
-def test_an_earlier_update_by_time_still_overwrites_in_offset_order(spark, warehouse):
-    run_table(spark, warehouse, "overwrite_earlier", FOREVER, BufferConfig.unbounded(),
-              [("A", "x", 1), ("A", "w", 0)],
-              slots=[[("A", "x", 1)], [("A", "w", 1)]], emits=[])
+def test_an_update_overwrites_the_value_and_keeps_the_buffer_time(spark_runs):
+    check(spark_runs, "overwrite")
 
 
-def test_key_limit_2_evicts_the_oldest(spark, warehouse):
-    run_table(spark, warehouse, "key_limit", FOREVER, BufferConfig.max_records(2),
-              [("A", "w", 0), ("A", "x", 1), ("B", "y", 2), ("C", "z", 3)],
-              slots=[[("A", "w", 0)], [("A", "x", 0)], [("A", "x", 0), ("B", "y", 2)], [("B", "y", 2), ("C", "z", 3)]],
-              emits=[("A", "x", 3)])
+table("overwrite_earlier", FOREVER, BufferConfig.unbounded(),
+      [("A", "x", 1), ("A", "w", 0)],
+      slots=[[("A", "x", 1)], [("A", "w", 1)]], emits=[])
 
 
-def test_byte_limit_3_evicts_the_oldest(spark, warehouse):
-    run_table(spark, warehouse, "byte_limit", FOREVER, BufferConfig.max_bytes(3),
-              [("A", "xx", 0), ("A", "yy", 1), ("B", "zz", 2)],
-              slots=[[("A", "xx", 0)], [("A", "yy", 0)], [("B", "zz", 2)]],
-              emits=[("A", "yy", 2)])
+def test_an_earlier_update_by_time_still_overwrites_in_offset_order(spark_runs):
+    check(spark_runs, "overwrite_earlier")
 
 
-def test_emit_after_2ms(spark, warehouse):
+table("key_limit", FOREVER, BufferConfig.max_records(2),
+      [("A", "w", 0), ("A", "x", 1), ("B", "y", 2), ("C", "z", 3)],
+      slots=[[("A", "w", 0)], [("A", "x", 0)], [("A", "x", 0), ("B", "y", 2)], [("B", "y", 2), ("C", "z", 3)]],
+      emits=[("A", "x", 3)])
+
+
+def test_key_limit_2_evicts_the_oldest(spark_runs):
+    check(spark_runs, "key_limit")
+
+
+table("byte_limit", FOREVER, BufferConfig.max_bytes(3),
+      [("A", "xx", 0), ("A", "yy", 1), ("B", "zz", 2)],
+      slots=[[("A", "xx", 0)], [("A", "yy", 0)], [("B", "zz", 2)]],
+      emits=[("A", "yy", 2)])
+
+
+def test_byte_limit_3_evicts_the_oldest(spark_runs):
+    check(spark_runs, "byte_limit")
+
+
+table("after_2ms", 2, BufferConfig.unbounded(),
+      [("A", "w", 0), ("A", "x", 1), ("B", "y", 2), ("C", "z", 3)],
+      slots=[[("A", "w", 0)], [("A", "x", 0)], [("B", "y", 2)], [("B", "y", 2), ("C", "z", 3)]],
+      emits=[("A", "x", 2)])
+
+
+def test_emit_after_2ms(spark_runs):
     # SPEC: A keeps buffer time 0 after its update, so it leaves at offset 2 (stream time 2),
     # one record earlier than the KIP's drawing (which restarts A's timer at 1).
-    run_table(spark, warehouse, "after_2ms", 2, BufferConfig.unbounded(),
-              [("A", "w", 0), ("A", "x", 1), ("B", "y", 2), ("C", "z", 3)],
-              slots=[[("A", "w", 0)], [("A", "x", 0)], [("B", "y", 2)], [("B", "y", 2), ("C", "z", 3)]],
-              emits=[("A", "x", 2)])
+    check(spark_runs, "after_2ms")
 
 
-def test_late_records_can_leave_at_once(spark, warehouse):
+table("late_2ms", 2, BufferConfig.unbounded(),
+      [("A", "w", 3), ("A", "x", 1), ("B", "y", 1)],
+      slots=[[("A", "w", 3)], [("A", "x", 3)], [("A", "x", 3)]],
+      emits=[("B", "y", 2)])
+
+
+def test_late_records_can_leave_at_once(spark_runs):
     # B (time 1) is late at stream time 3: it enters and leaves at once. A's update at time 1
     # keeps A's buffer time 3 (SPEC), so unlike the KIP's drawing A stays.
-    run_table(spark, warehouse, "late_2ms", 2, BufferConfig.unbounded(),
-              [("A", "w", 3), ("A", "x", 1), ("B", "y", 1)],
-              slots=[[("A", "w", 3)], [("A", "x", 3)], [("A", "x", 3)]],
-              emits=[("B", "y", 2)])
+    check(spark_runs, "late_2ms")
 
 
-def test_key_limit_2_with_a_late_record(spark, warehouse):
+table("key_limit_late", FOREVER, BufferConfig.max_records(2),
+      [("A", "w", 0), ("A", "x", 1), ("B", "y", 2), ("C", "z", 0)],
+      slots=[[("A", "w", 0)], [("A", "x", 0)], [("A", "x", 0), ("B", "y", 2)], [("C", "z", 0), ("B", "y", 2)]],
+      emits=[("A", "x", 3)])
+
+
+def test_key_limit_2_with_a_late_record(spark_runs):
     # C arrives last with time 0. A also has buffer time 0 (kept from its first record), and the
     # tie goes by key: A leaves, where the KIP (drawing A at time 1) shows C leaving.
-    run_table(spark, warehouse, "key_limit_late", FOREVER, BufferConfig.max_records(2),
-              [("A", "w", 0), ("A", "x", 1), ("B", "y", 2), ("C", "z", 0)],
-              slots=[[("A", "w", 0)], [("A", "x", 0)], [("A", "x", 0), ("B", "y", 2)], [("C", "z", 0), ("B", "y", 2)]],
-              emits=[("A", "x", 3)])
+    check(spark_runs, "key_limit_late")
 
 
-def test_byte_limit_3_with_a_late_record(spark, warehouse):
+table("byte_limit_late", FOREVER, BufferConfig.max_bytes(3),
+      [("A", "xx", 0), ("A", "yy", 1), ("B", "zz", 0)],
+      slots=[[("A", "xx", 0)], [("A", "yy", 0)], [("B", "zz", 0)]],
+      emits=[("A", "yy", 2)])
+
+
+def test_byte_limit_3_with_a_late_record(spark_runs):
     # As above: A (buffer time 0) and B (time 0) tie; by key, A leaves.
-    run_table(spark, warehouse, "byte_limit_late", FOREVER, BufferConfig.max_bytes(3),
-              [("A", "xx", 0), ("A", "yy", 1), ("B", "zz", 0)],
-              slots=[[("A", "xx", 0)], [("A", "yy", 0)], [("B", "zz", 0)]],
-              emits=[("A", "yy", 2)])
+    check(spark_runs, "byte_limit_late")
 
 
-def test_big_records_push_several_out(spark, warehouse):
-    run_table(spark, warehouse, "big_record", FOREVER, BufferConfig.max_bytes(3),
-              [("A", "x", 0), ("B", "y", 1), ("C", "zzz", 2)],
-              slots=[[("A", "x", 0)], [("A", "x", 0), ("B", "y", 1)], [("C", "zzz", 2)]],
-              emits=[("A", "x", 2), ("B", "y", 2)])
+table("big_record", FOREVER, BufferConfig.max_bytes(3),
+      [("A", "x", 0), ("B", "y", 1), ("C", "zzz", 2)],
+      slots=[[("A", "x", 0)], [("A", "x", 0), ("B", "y", 1)], [("C", "zzz", 2)]],
+      emits=[("A", "x", 2), ("B", "y", 2)])
 
 
-def test_a_record_too_big_for_the_buffer_leaves_at_once(spark, warehouse):
-    run_table(spark, warehouse, "too_big", FOREVER, BufferConfig.max_bytes(3),
-              [("A", "x", 0), ("B", "y", 1), ("C", "zzzz", 2)],
-              slots=[[("A", "x", 0)], [("A", "x", 0), ("B", "y", 1)], []],
-              emits=[("A", "x", 2), ("B", "y", 2), ("C", "zzzz", 2)])
+def test_big_records_push_several_out(spark_runs):
+    check(spark_runs, "big_record")
 
 
-def test_eviction_is_by_time_not_by_offset(spark, warehouse):
+table("too_big", FOREVER, BufferConfig.max_bytes(3),
+      [("A", "x", 0), ("B", "y", 1), ("C", "zzzz", 2)],
+      slots=[[("A", "x", 0)], [("A", "x", 0), ("B", "y", 1)], []],
+      emits=[("A", "x", 2), ("B", "y", 2), ("C", "zzzz", 2)])
+
+
+def test_a_record_too_big_for_the_buffer_leaves_at_once(spark_runs):
+    check(spark_runs, "too_big")
+
+
+table("by_time", 2, BufferConfig.unbounded(),
+      [("A", "x", 2), ("B", "y", 1), ("C", "z", 3), ("C", "zz", 4)],
+      slots=[[("A", "x", 2)], [("B", "y", 1), ("A", "x", 2)], [("A", "x", 2), ("C", "z", 3)], [("C", "zz", 3)]],
+      emits=[("B", "y", 2), ("A", "x", 3)])
+
+
+def test_eviction_is_by_time_not_by_offset(spark_runs):
     # KIP-328's rejected alternative: evicting by offset would hold B behind A. Here B leaves
     # at stream time 3 (1 <= 3 - 2) although A arrived first; A leaves at stream time 4.
-    run_table(spark, warehouse, "by_time", 2, BufferConfig.unbounded(),
-              [("A", "x", 2), ("B", "y", 1), ("C", "z", 3), ("C", "zz", 4)],
-              slots=[[("A", "x", 2)], [("B", "y", 1), ("A", "x", 2)], [("A", "x", 2), ("C", "z", 3)], [("C", "zz", 3)]],
-              emits=[("B", "y", 2), ("A", "x", 3)])
+    check(spark_runs, "by_time")
+
+
+# ---- beyond the tables -----------------------------------------------------------------------
+def test_shut_down_when_full_aborts_the_batch_and_a_larger_bound_continues(spark, warehouse):
+    rt = Runtime(spark, warehouse, quality=False)
+    tight = pipeline("strict", FOREVER, BufferConfig.max_records(2).shut_down_when_full())
+    rt.run_batch(tight, "b0", frame(spark, [("A", 0, "w")], 0, STRING))
+    batch = frame(spark, [("B", 1, "x"), ("C", 2, "y"), ("A", 3, "z")], 1, STRING)
+    with pytest.raises(BufferFullError, match=r"'strict'.*'b1'.*rate would hold 3 entries \(3 bytes\).*max_records=2"):
+        rt.run_batch(tight, "b1", batch)
+    assert rt.ledger(tight).filter("status = 'committed'").count() == 1
+    assert spark.read.format("delta").load(f"{warehouse}/strict/buffer_rate").count() == 1
+    roomy = pipeline("strict", 2, BufferConfig.max_records(3).shut_down_when_full())
+    assert rt.run_batch(roomy, "b1", batch).status == "committed"
+    rows = rt.read_output(roomy).selectExpr("k", "v", "unix_millis(emitted_stream_time)").collect()
+    assert sorted(tuple(r) for r in rows) == [("A", "w", 2), ("B", "x", 3)]
+
+
+def test_a_named_buffer_survives_an_added_operator_and_a_zero_limit_flushes_it(spark, warehouse):
+    rt = Runtime(spark, warehouse, quality=False)
+    held = pipeline("renamed", FOREVER, BufferConfig.unbounded())
+    rt.run_batch(held, "b0", frame(spark, [("A", 0, "w"), ("B", 5, "x"), ("A", 6, "y")], 0, STRING))
+    # Adding a stateless operator after the suppression keeps the buffer named "rate"; so does
+    # shortening the limit to 0, the KIP's way to remove a suppression: the next batch (empty
+    # here) emits everything that was buffered.
+    flushed = (Pipeline("renamed", timestamp="ts", arrival="seq").group_by("k").aggregate(agg.latest("v", "v"))
+               .suppress(Suppressed.until_time_limit(0, BufferConfig.unbounded()).with_name("rate"))
+               .with_column("v2", "upper(v)").to("out"))
+    result = rt.run_batch(flushed, "b1", frame(spark, [], 3, STRING))
+    assert result.emitted == 2 and result.metrics["suppression_buffer_count_current"] == 0
+    rows = rt.read_output(flushed).selectExpr("k", "v", "v2", "emitted_batch_id").collect()
+    assert sorted(tuple(r) for r in rows) == [("A", "y", "Y", "b1"), ("B", "x", "X", "b1")]
+
+
+# ---- property: random streams, bounds, limits and splits against the reference model -------
+def _case(seed):
+    rnd = random.Random(seed)
+    windowed = seed % 2 == 1
+    recs = [(rnd.choice("ABC"), rnd.randint(0, 30), "".join(rnd.choice("xyz") for _ in range(rnd.randint(1, 3))))
+            for _ in range(rnd.randint(4, 7))]
+    cuts = sorted(rnd.sample(range(1, len(recs)), rnd.randint(1, len(recs) - 1)))
+    bounds = [0, *cuts, len(recs)]
+    kind = rnd.choice(["unbounded", "records", "bytes"])
+    buffer = {"unbounded": BufferConfig.unbounded(), "records": BufferConfig.max_records(rnd.randint(1, 2)),
+              "bytes": BufferConfig.max_bytes(rnd.randint(2, 5))}[kind]
+    windows = ref.Tumbling(10, rnd.randint(0, 5), rnd.choice([5, 10])) if windowed else None
+    return recs, [recs[a:b] for a, b in zip(bounds, bounds[1:])], rnd.randint(0, 8), buffer, windows
+
+
+SEEDS = range(6)
+
+
+@pytest.fixture(scope="module")
+def random_runs(spark, tmp_path_factory):
+    lake = tmp_path_factory.mktemp("rate-prop")
+
+    def run(seed, split):
+        recs, batches, limit, buffer, windows = _case(seed)
+        p = Pipeline(f"prop{seed}", timestamp="ts", arrival="seq").group_by("k")
+        if windows is not None:
+            p = p.windowed_by(TimeWindows.of_size_and_grace(windows.size, windows.grace).advance_by(windows.advance))
+        p = (p.aggregate(agg.count("n") if windows else agg.latest("v", "v"))
+             .suppress(Suppressed.until_time_limit(limit, buffer)).to("out"))
+        rt = Runtime(spark.newSession(), f"{lake}/{split}", quality=False)
+        run_stream(rt, p, [recs] if split == "one" else batches, value_type=STRING)
+        if rt._last_commit(p).output_version is None:
+            return (seed, split), []
+        df = rt.read_output(p)
+        start = "unix_millis(window_start)" if windows else "CAST(NULL AS long)"
+        return (seed, split), sorted(tuple(r) for r in df.selectExpr(
+            "k", start, "CAST(n AS string)" if windows else "v", "emitted_batch_id",
+            "unix_millis(emitted_stream_time)").collect())
+
+    return dict(in_parallel([lambda s=s, x=x: run(s, x) for s in SEEDS for x in ("one", "split")], workers=6))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_rate_limiting_matches_the_reference_model_for_any_batch_split(random_runs, seed):
+    recs, batches, limit, buffer, windows = _case(seed)
+    eager = not hasattr(buffer, "when_full")
+    for split, stream in (("one", [recs]), ("split", batches)):
+        emitted, _ = ref.rate_limited(stream, limit, buffer.record_limit, buffer.byte_limit, eager, windows)
+        want = sorted((k, s, None if v is None else str(v), f"b{i:04d}", st) for k, s, v, i, st in emitted)
+        assert random_runs[(seed, split)] == want, (split, recs, batches, limit, buffer, windows)
+    without_batch = {x: sorted(r[:3] + r[4:] for r in random_runs[(seed, x)]) for x in ("one", "split")}
+    assert without_batch["one"] == without_batch["split"]
