@@ -82,9 +82,33 @@ def test_a_replay_dag_submits_the_job_with_its_params_then_gates(dagbag):
     replay = dag.get_task("spark_replay")
     assert type(dag.timetable).__name__ == "NullTimetable" and dag.max_active_runs == 1  # manual runs only
     assert set(dag.params) == {"start", "end"} and dag.params["end"] == ""
-    assert replay.downstream_task_ids == {"quality_gate"} and replay.application == str(ROOT / "jobs" / "user_alerts.py")
+    assert replay.downstream_task_ids == {"quality_gate"}
+    assert replay.application == str(ROOT / "jobs" / "user_alerts.py")
     assert replay.application_args[:7] == ["--replay", "--batch-start", "{{ params.start }}",
                                            "--batch-end", "{{ params.end }}", "--every", "3600s"]
+
+
+def _ran_hours_like_one_batch(spark, root, hours):
+    """The warehouse under ``root`` holds one committed batch per hourly interval, in order, and
+    the final rows of its landing table run as a single batch."""
+    from framework import Runtime
+    from framework.batchjob import load_job
+
+    pipeline = load_job(str(ROOT / "jobs" / "user_alerts.py")).PIPELINE
+    airflow = Runtime(spark, str(root / "warehouse"))
+    ledger = airflow.ledger(pipeline).filter("status = 'committed'").orderBy("seq").collect()
+    assert [r.batch_id for r in ledger] == [f"2026-01-01T0{h}:00:00" for h in range(hours)]
+
+    landing = spark.read.format("delta").load(str(root / "landing" / "user_events"))
+    one_batch = Runtime(spark, str(root / "one_batch"))
+    one_batch.run_batch(pipeline, "all", landing)
+    columns = ["user_id", "window_start", "window_end", "events"]
+    expected = sorted(one_batch.read_output(pipeline).select(columns).collect())
+    got = sorted(airflow.read_output(pipeline).select(columns).collect())
+    assert expected and got == expected
+    # hour 0 closes at 01:10 stream time: in the second batch, the first whose records reach it
+    emitted = airflow.read_output(pipeline).filter("window_end = '2026-01-01 01:00:00'")
+    assert {r.emitted_batch_id for r in emitted.collect()} == {"2026-01-01T01:00:00"}
 
 
 @pytest.mark.slow
@@ -95,22 +119,4 @@ def test_three_airflow_runs_give_the_one_batch_final_rows(spark, tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "demo.py"), "--root", str(tmp_path), "--hours", "3"],
                           capture_output=True, text=True, env=env, timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-
-    from framework import Runtime
-    from framework.batchjob import load_job
-
-    pipeline = load_job(str(ROOT / "jobs" / "user_alerts.py")).PIPELINE
-    airflow = Runtime(spark, str(tmp_path / "warehouse"))
-    ledger = airflow.ledger(pipeline).filter("status = 'committed'").orderBy("seq").collect()
-    assert [r.batch_id for r in ledger] == [f"2026-01-01T0{h}:00:00" for h in range(3)]
-
-    landing = spark.read.format("delta").load(str(tmp_path / "landing" / "user_events"))
-    one_batch = Runtime(spark, str(tmp_path / "one_batch"))
-    one_batch.run_batch(pipeline, "all", landing)
-    columns = ["user_id", "window_start", "window_end", "events"]
-    expected = sorted(one_batch.read_output(pipeline).select(columns).collect())
-    got = sorted(airflow.read_output(pipeline).select(columns).collect())
-    assert expected and got == expected
-    # hour 0 closes at 01:10 stream time: in the second batch, the first whose records reach it
-    emitted = airflow.read_output(pipeline).filter("window_end = '2026-01-01 01:00:00'")
-    assert {r.emitted_batch_id for r in emitted.collect()} == {"2026-01-01T01:00:00"}
+    _ran_hours_like_one_batch(spark, tmp_path, 3)

@@ -1,0 +1,140 @@
+"""SPEC 6(a): a new pipeline catches up through ordinary Airflow backfill, in order.
+
+A real deployment on loopback, on a temporary SQLite home: ``airflow db migrate``, then the
+execution API server, the scheduler (LocalExecutor, no log server) and the dag-processor as
+separate processes (each in its own process group, killed at the end whatever happens), and
+``airflow backfill create`` for three hourly intervals of ``user_alerts``. The scheduler creates
+no scheduled runs (``use_job_schedule=False``), so every run is the backfill's.
+"""
+import datetime as dt
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from test_airflow import DAGS, ROOT, _ran_hours_like_one_batch
+
+AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+START, HOURS, DAG_ID = dt.datetime(2026, 1, 1), 3, "user_alerts"
+DEADLINE = 600  # seconds for the three runs; they take 3-5 min on a busy 2-core machine
+
+
+def _environment(root: Path) -> dict[str, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "FINALRESULTS"))}
+    env.update({
+        "AIRFLOW_HOME": str(root / "airflow"), "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        # three processes and the CLI write to one SQLite file: wait for its lock, not 5 s
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{root / 'airflow' / 'airflow.db'}?timeout=60",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__PARALLELISM": "2",
+        # runs come from the backfill only: no scheduled catch-up from the start date up to today
+        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__API_AUTH__JWT_SECRET": uuid.uuid4().hex,
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "FINALRESULTS_WAREHOUSE": str(root / "warehouse"), "FINALRESULTS_LANDING": str(root / "landing"),
+        "FINALRESULTS_START": START.isoformat(), "PYSPARK_PYTHON": sys.executable,
+    })
+    return env
+
+
+def _query(root: Path, sql: str, *args) -> list[tuple]:
+    with sqlite3.connect(root / "airflow" / "airflow.db", timeout=30) as db:
+        return db.execute(sql, args).fetchall()
+
+
+def _wait(what: str, done, processes: dict, logs: Path, seconds: float):
+    """Poll ``done()`` until it returns something truthy; fail early if a process died."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        dead = [name for name, p in processes.items() if p.poll() is not None]
+        assert not dead, f"airflow {dead} exited:\n" + "".join((logs / f"{n}.log").read_text()[-3000:] for n in dead)
+        result = done()
+        if result:
+            return result
+        time.sleep(5)
+    tails = "".join(f"\n--- {n}\n" + (logs / f"{n}.log").read_text()[-2000:] for n in processes)
+    pytest.fail(f"timed out after {seconds}s waiting for {what}{tails}")
+
+
+def _runs(root: Path) -> list[tuple]:
+    return _query(root, "SELECT run_id, state, data_interval_start FROM dag_run WHERE dag_id = ? "
+                        "ORDER BY data_interval_start", DAG_ID)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_airflow_backfill_create_runs_a_new_pipeline_in_order(spark, tmp_path):
+    sys.path.insert(0, str(ROOT))
+    from jobs import sample_data
+
+    sample_data.generate(spark, str(tmp_path / "landing"), START, START + dt.timedelta(hours=HOURS),
+                         tables=("user_events",))
+    env, logs = _environment(tmp_path), tmp_path / "logs"
+    logs.mkdir()
+    subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    processes = {}
+
+    def start(name, args):
+        with open(logs / f"{name}.log", "w") as log:
+            processes[name] = subprocess.Popen([AIRFLOW, *args], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                               start_new_session=True)
+
+    try:
+        port = env["AIRFLOW__API__PORT"]
+        start("api-server", ["api-server", "--apps", "execution", "-H", "127.0.0.1", "-p", port])
+        start("dag-processor", ["dag-processor"])
+        _wait("the DAG to be parsed", lambda: _query(tmp_path, "SELECT 1 FROM serialized_dag WHERE dag_id = ?", DAG_ID),
+              processes, logs, 300)
+        last = (START + dt.timedelta(hours=HOURS - 1)).isoformat()
+        created = subprocess.run([AIRFLOW, "backfill", "create", "--dag-id", DAG_ID, "--from-date", START.isoformat(),
+                                  "--to-date", last, "--reprocess-behavior", "failed"],
+                                 env=env, capture_output=True, text=True, timeout=300)
+        assert created.returncode == 0, created.stdout + created.stderr
+        start("scheduler", ["scheduler", "--skip-serve-logs"])
+
+        def finished():
+            runs = _runs(tmp_path)
+            assert not [r for r in runs if r[1] == "failed"], f"a run failed: {runs}; logs: {tmp_path / 'airflow'}"
+            return len(runs) == HOURS and all(r[1] == "success" for r in runs) and runs
+
+        runs = _wait(f"{HOURS} successful runs", finished, processes, logs, DEADLINE)
+    finally:
+        for p in processes.values():
+            _stop(p)
+
+    assert [r[2][:19] for r in runs] == [str(START + dt.timedelta(hours=h)) for h in range(HOURS)]
+    tasks = _query(tmp_path, "SELECT dr.data_interval_start, ti.task_id, ti.start_date, ti.end_date "
+                             "FROM task_instance ti JOIN dag_run dr ON ti.dag_id = dr.dag_id AND ti.run_id = dr.run_id "
+                             "WHERE dr.dag_id = ? ORDER BY dr.data_interval_start", DAG_ID)
+    spans = {(interval, task): (begin, end) for interval, task, begin, end in tasks}
+    intervals = [r[2] for r in runs]
+    for earlier, later in zip(intervals, intervals[1:]):   # each batch starts after the previous gate ended
+        assert spans[(later, "spark_batch")][0] >= spans[(earlier, "quality_gate")][1]
+    _ran_hours_like_one_batch(spark, tmp_path, HOURS)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Stop a process and everything it started (its own process group): TERM, then KILL for
+    whatever of the group is left."""
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(wait)
+        except subprocess.TimeoutExpired:
+            pass
