@@ -157,7 +157,8 @@ class Runtime:
         try:
             return self._run(p, batch_id, input_df, batch_end)
         except (Py4JJavaError, PySparkException) as e:
-            cause = (str(e).strip().splitlines() or [type(e).__name__])[0][:500]
+            text = str(getattr(e, "java_exception", None) or e)  # Py4JJavaError's own first line names no cause
+            cause = (text.strip().splitlines() or [type(e).__name__])[0][:500]
             raise BatchFailedError(
                 f"{self._where}: failed while {self._step}: {cause}. The batch is not committed; fix the "
                 "cause (see the chained Spark error) and re-run it.") from e

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
@@ -32,6 +33,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
+
+CREATE_WAIT_S = 30.0  # how long a runner waits for another runner's creation of a table to land
 
 LEDGER_SCHEMA = (
     "seq long, batch_id string, status string, attempt string, fingerprint string, records_in long, "
@@ -110,13 +113,34 @@ def _nullable(schema: StructType) -> StructType:
 
 
 def create(spark: SparkSession, path: str, schema: StructType | str, partition_by: str | None = None) -> None:
-    """Create the table if it is missing (no-op otherwise)."""
+    """Create the table if it is missing (no-op otherwise).
+
+    Two processes starting a pipeline's first batch at once both create its ledger; Delta fails
+    the slower creation (location not empty, protocol changed, ... depending on the moment), so a
+    failed creation waits for the other's table to appear, and fails if none does."""
     if isinstance(schema, str):
         schema = spark.createDataFrame([], schema).schema
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(_nullable(schema))
     if partition_by:
         builder = builder.partitionedBy(partition_by)
-    builder.execute()
+    try:
+        builder.execute()
+    except Exception as failure:
+        deadline = time.monotonic() + CREATE_WAIT_S
+        while not _loads(spark, path):
+            if time.monotonic() > deadline:
+                raise failure
+            time.sleep(0.2)
+
+
+def _loads(spark: SparkSession, path: str) -> bool:
+    """Whether ``path`` reads as a Delta table. Unlike ``exists``, a read refreshes Delta's cached
+    log, which after a lost race to create the table still says there is none."""
+    try:
+        read(spark, path).schema
+        return True
+    except Exception:
+        return False
 
 
 @dataclass(frozen=True)

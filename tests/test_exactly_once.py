@@ -6,7 +6,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from framework import (BatchOrderError, BufferConfig, ConcurrentBatchError, DefinitionError, FingerprintMismatchError, Pipeline,
-                       Runtime, SlidingWindows, Suppressed, TimeWindows, agg)
+                       Runtime, SlidingWindows, Suppressed, TimeWindows, agg, state)
 from framework.runtime import WRITE_POINTS
 from harness import AGGREGATES, frame, in_parallel, results
 
@@ -33,21 +33,14 @@ def run(rt, p, index, batch=None):
 
 
 def snapshot(rt, p):
-    """Every table of the pipeline, minus what legitimately differs between runs (the ledger
-    keeps a *started* row per attempt: a re-run adds one with the same content)."""
+    """Every table of the pipeline that exists, minus what legitimately differs between runs (the
+    ledger keeps a *started* row per attempt: a re-run adds one with the same content)."""
     t = rt.tables(p)
-    spark = rt.spark
-
-    def rows(path, drop=()):
-        df = spark.read.format("delta").load(path)
-        return sorted(map(str, df.drop(*drop).distinct().collect()))
-    out = {"output": rows(t.output), "late": rows(t.late),
-           "metrics": rows(t.metrics, ["batch_duration_ms"]),
-           "ledger": rows(t.ledger, ["attempt", "at", "state_version", "records_version", "output_version"])}
-    for name, path in (("state", t.state), ("records", t.records)):
-        if spark._jvm is not None and __import__("framework.state", fromlist=["x"]).exists(spark, path):
-            out[name] = rows(path)
-    return out
+    tables = {"output": (t.output, ()), "late": (t.late, ()), "metrics": (t.metrics, ["batch_duration_ms"]),
+              "ledger": (t.ledger, ["attempt", "at", "state_version", "records_version", "output_version"]),
+              "state": (t.state, ()), "records": (t.records, ())}
+    return {name: sorted(map(str, rt.spark.read.format("delta").load(path).drop(*drop).distinct().collect()))
+            for name, (path, drop) in tables.items() if state.exists(rt.spark, path)}
 
 
 @pytest.mark.parametrize("windows", [TimeWindows.of_size_and_grace(10, 2),

@@ -1,0 +1,85 @@
+"""Runners in two OS processes (each its own JVM and SparkSession, one warehouse), as two Airflow
+workers, or a retried task and the zombie of its first try, would run them. Threads in one JVM
+(test_exactly_once) share Delta's log cache; processes share nothing but the files.
+
+Each process first runs its own pipeline, at the same moment as the other: pipelines sharing a
+warehouse do not disturb each other. Then both run batch b0 of one more pipeline at the same
+moment, meeting again just before the batch's claim (its *started* ledger row): one commits, the
+other stops with ConcurrentBatchError or, had it come second, reports "already committed"."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import reference as ref
+from framework import Runtime
+from harness import expected, frame, results
+from test_exactly_once import pipeline, snapshot
+
+TESTS = Path(__file__).resolve().parent
+RACED = ("raced", [("A", 1, 1), ("B", 2, 2), ("A", 12, 3)])
+OWN = {"1": ("own1", [("A", 25, 4), ("B", 14, 6), ("A", 40, 5)]),   # B 14 is late
+       "2": ("own2", [("C", 5, 1), ("C", 40, 2)])}
+CHILD = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from framework import ConcurrentBatchError, Runtime, spark_session
+from harness import frame
+from test_concurrency import OWN, RACED
+from test_exactly_once import pipeline
+
+lake, gate, me = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+other = "2" if me == "1" else "1"
+
+def meet(step, wait=True):
+    (gate / f"{{step}}.{{me}}").touch()
+    while wait and not (gate / f"{{step}}.{{other}}").exists():
+        time.sleep(0.002)
+
+spark = spark_session("racer" + me, master="local[1]", conf={{"spark.sql.codegen.wholeStage": "false"}})
+name, batch = OWN[me]
+meet("own")
+print("OWN", Runtime(spark, lake, quality=False).run_batch(pipeline(name), "b0", frame(spark, batch)).status, flush=True)
+rt = Runtime(spark, lake, quality=False, before_write=lambda at: at == "ledger_start" and meet("claim"))
+meet("race")
+try:
+    print("RACE", rt.run_batch(pipeline(RACED[0]), "b0", frame(spark, RACED[1])).status, flush=True)
+except ConcurrentBatchError as e:
+    print("RACE refused", " ".join(str(e).split()), flush=True)
+finally:
+    meet("claim", wait=False)   # a runner that stopped before its claim must not hold up the other
+"""
+
+
+def _racer(lake: str, gate: Path, me: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", CHILD.format(tests=str(TESTS)), lake, str(gate), me],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+@pytest.mark.slow
+def test_two_processes_commit_one_batch_once_and_leave_other_pipelines_alone(spark, warehouse, tmp_path):
+    lake, gate = f"{warehouse}/shared", tmp_path / "gate"
+    gate.mkdir()
+    racers = [_racer(lake, gate, me) for me in OWN]
+    raced = pipeline(RACED[0])
+    clean = Runtime(spark, f"{warehouse}/clean", quality=False)   # the reference, while the racers start
+    clean.run_batch(raced, "b0", frame(spark, RACED[1]))
+    said = []
+    for racer in racers:
+        out, err = racer.communicate(timeout=600)
+        assert racer.returncode == 0, err[-3000:]
+        said.append(dict(line.split(" ", 1) for line in out.splitlines()))
+
+    assert [s["OWN"] for s in said] == ["committed", "committed"]
+    race = sorted(s["RACE"] for s in said)
+    assert race[0] == "committed" and (race[1] == "already committed" or race[1].startswith("refused")), race
+    if race[1].startswith("refused"):
+        assert "pipeline 'raced', batch 'b0': another runner" in race[1]
+    shared = Runtime(spark, lake, quality=False)
+    assert snapshot(shared, raced) == snapshot(clean, raced)
+    for name, batch in OWN.values():   # a clean run of these is the reference model's (test_examples)
+        assert results(shared, pipeline(name)) == expected(ref.run(ref.Tumbling(10, 2), [batch]), ["b0"]), name
+    for name in (RACED[0], *(n for n, _ in OWN.values())):   # the loser of the race wrote nothing
+        assert sorted(r.status for r in shared.ledger(pipeline(name)).collect()) == ["committed", "started"], name
