@@ -47,6 +47,10 @@ def _check_columns(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: s
         if column not in types:
             raise InputError(f"{_where(p, batch_id)}: input has no column {column!r} ({role}); "
                              f"columns present: {sorted(types)}. Nothing was committed.")
+    reserved = sorted(c for c in types if c.startswith("_") and c not in needed)
+    if reserved:   # the engine's working columns (_ts, _ord, _close, ...) would clash with them deep in Spark
+        raise InputError(f"{_where(p, batch_id)}: input column(s) {reserved} start with '_', which is reserved "
+                         "for the framework's working columns; drop or rename them upstream. Nothing was committed.")
     if not isinstance(types[p.timestamp], TIME_TYPES):
         raise InputError(f"{_where(p, batch_id)}: event time column {p.timestamp!r} has type "
                          f"{types[p.timestamp].simpleString()}; expected timestamp, date or string.")

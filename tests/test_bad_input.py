@@ -7,7 +7,7 @@ from pyspark.sql import functions as F
 
 from framework import (BatchFailedError, BufferConfig, DefinitionError, InputError, Pipeline, Runtime, Suppressed,
                        TimeWindows, agg)
-from harness import frame
+from harness import frame, results
 
 
 def pipeline(name):
@@ -28,6 +28,8 @@ def assert_nothing_committed(rt, p):
     ("null_key", lambda s: frame(s, [("A", 1, 1)]).withColumn("k", F.lit(None).cast("string")),
      r"'null_key'.*'b0'.*null group key 'k'"),
     ("missing", lambda s: frame(s, [("A", 1, 1)]).drop("v"), r"'missing'.*'b0'.*no column 'v'"),
+    ("reserved", lambda s: frame(s, [("A", 1, 1)]).withColumn("_part", F.lit(1)),
+     r"'reserved'.*'b0'.*\['_part'\] start with '_', which is reserved"),
     ("pre_epoch", lambda s: frame(s, [("A", -5000, 1)]), r"'pre_epoch'.*'b0'.*before 1970"),
     ("future", lambda s: frame(s, [("A", 1, 1), ("A", 4_102_444_800_000, 1)]),   # 2100-01-01
      r"'future'.*'b0'.*1 record\(s\) have an event time .* after .*max_clock_skew.*2100-01-01"),
@@ -43,6 +45,28 @@ def test_string_event_times_are_parsed(spark, warehouse):
     rt, p = Runtime(spark, warehouse, quality=False), pipeline("strings")
     df = frame(spark, [("A", 1, 1)]).withColumn("ts", F.lit("2026-01-01 00:00:00"))
     assert rt.run_batch(p, "b0", df).stream_time == dt.datetime(2026, 1, 1)
+
+
+def _closed_window(n, total):
+    """The one final row of key A's window [0, 10), closed by a record at 30 in batch b0."""
+    return [{"k": "A", "n": n, "total": total, "emitted_batch_id": "b0",
+             "window_start": 0, "window_end": 10, "emitted_stream_time": 30}]
+
+
+def test_extra_columns_are_accepted_and_change_nothing(spark, warehouse):
+    """Landing tables grow columns the pipeline does not read; they must not reach any result."""
+    rt, p = Runtime(spark, warehouse, quality=False), pipeline("extra")
+    df = frame(spark, [("A", 1, 1), ("A", 2, 2), ("A", 30, 3)]).withColumn("note", F.lit("x")).withColumn("n", F.lit(9))
+    rt.run_batch(p, "b0", df)
+    assert results(rt, p) == _closed_window(n=2, total=3)
+
+
+def test_duplicate_records_are_processed_as_records(spark, warehouse):
+    """Dedup is the user's choice (SPEC 4): two identical records count twice."""
+    rt, p = Runtime(spark, warehouse, quality=False), pipeline("duplicates")
+    twice = frame(spark, [("A", 1, 5)]).union(frame(spark, [("A", 1, 5)]))
+    rt.run_batch(p, "b0", twice.union(frame(spark, [("A", 30, 0)], 1)))
+    assert results(rt, p) == _closed_window(n=2, total=10)
 
 
 def test_retyped_column_is_schema_drift(spark, warehouse):

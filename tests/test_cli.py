@@ -50,6 +50,16 @@ def test_errors_are_one_clear_line_and_exit_1(argv, message, capsys):
     assert err[0].startswith("finalresults: error: ") and message in err[0]
 
 
+def test_run_without_its_landing_table_is_one_clear_line_and_writes_nothing(spark, tmp_path, capsys):
+    landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
+    argv = ["run", ALERTS, "--batch-start", "2026-01-01T00:00", "--warehouse", str(warehouse), "--landing", str(landing)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"finalresults: error: landing table 'user_events' not found at {landing / 'user_events'}; fill it first")
+    assert not warehouse.exists()
+
+
 def test_missing_arguments_exit_2(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["run", ALERTS])
