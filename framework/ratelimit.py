@@ -77,11 +77,12 @@ def limit(b: Batch, outcome: Outcome) -> Outcome:
                                  F.lit(2).alias("_kind"), F.col("_ord.pos").alias("_pos"),
                                  F.lit(None).cast("long").alias("_sb"), F.greatest("_sb", "_ts").alias("_sa"))
         grouped = members.unionByName(ticks).withColumn("_g", F.lit(0)).groupBy("_g")
-    else:
-        grouped = members.groupBy(*ident)
+    else:  # keys hashed to a few groups, each folding its keys one after another
+        buckets = int(b.records.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+        grouped = members.withColumn("_g", F.pmod(F.xxhash64(*ident), F.lit(buckets))).groupBy("_g")
     key_schema = ", ".join(f"{quoted(f.name)} {f.dataType.simpleString()}" for f in members.schema.fields
                            if f.name in carried)
-    fold = _fold(carried, len(ident), s.time_limit_ms, buf.record_limit if eager else None,
+    fold = _fold(carried, s.time_limit_ms, buf.record_limit if eager else None,
                  buf.byte_limit if eager else None, eager, b.stream_time)
     changes = grouped.applyInPandas(fold, f"{key_schema}, {CHANGES}").localCheckpoint(eager=True)
 
@@ -131,27 +132,33 @@ def _updates(b: Batch) -> DataFrame:
                     *[a.name for a in p.aggregates]))
 
 
-def _fold(carried: list[str], n_ident: int, limit_ms: int, max_records: int | None, max_bytes: int | None,
+def _fold(carried: list[str], limit_ms: int, max_records: int | None, max_bytes: int | None,
           eager: bool, stream_time: int | None):
-    """A pandas function: run one group's stored entries, updates (and ticks) through a buffer."""
+    """A pandas function: run stored entries, updates (and ticks) through a buffer per key, or
+    through one buffer for the whole group when ``eager``."""
+    def entry_order(r: dict) -> tuple:
+        return r["_key"], r.get("window_start") or 0
+
+    def event(r: dict) -> eviction.Update | eviction.Tick:
+        if r["_kind"] == 2:
+            return eviction.Tick(int(r["_pos"]), int(r["_sa"]))
+        return eviction.Update(tuple(r[c] for c in carried), entry_order(r), int(r["_pos"]), int(r["_sb"]),
+                               int(r["_sa"]), int(r["_bt"]), int(r["_size"]), int(r["_pos"]))
+
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
-        buf = eviction.Buffer(limit_ms, max_records, max_bytes, eager)
-        order = lambda r: (r["_key"], r["window_start"] if "window_start" in r else 0)  # noqa: E731
-        rows = pdf.to_dict("records")
-        buf.load(eviction.Entry(tuple(r[c] for c in carried), order(r), int(r["_bt"]), int(r["_size"]))
-                 for r in rows if r["_kind"] == 0)
-        events = []
-        for r in sorted((r for r in rows if r["_kind"] != 0),
-                        key=lambda r: (r["_pos"], r["_kind"], r.get("window_start") or 0)):
-            if r["_kind"] == 1:
-                events.append(eviction.Update(tuple(r[c] for c in carried), order(r), int(r["_pos"]),
-                                              int(r["_sb"]), int(r["_sa"]), int(r["_bt"]), int(r["_size"]),
-                                              int(r["_pos"])))
-            else:
-                events.append(eviction.Tick(int(r["_pos"]), int(r["_sa"])))
-        out = [(*c.entry.ident, c.kind, c.pos, c.stream_time, c.threshold, c.entry.ref, c.entry.time,
-                c.entry.size, c.entry.order[0], c.d_count, c.d_bytes)
-               for c in eviction.fold(buf, events, stream_time, end_known=eager)]
+        groups: dict[object, list[dict]] = {}
+        for r in pdf.drop(columns="_g").to_dict("records"):
+            groups.setdefault(None if eager else tuple(r[c] for c in carried), []).append(r)
+        out = []
+        for rows in groups.values():
+            buf = eviction.Buffer(limit_ms, max_records, max_bytes, eager)
+            buf.load(eviction.Entry(tuple(r[c] for c in carried), entry_order(r), int(r["_bt"]), int(r["_size"]))
+                     for r in rows if r["_kind"] == 0)
+            events = [event(r) for r in sorted((r for r in rows if r["_kind"] != 0),
+                                               key=lambda r: (r["_pos"], r["_kind"], r.get("window_start") or 0))]
+            out += [(*c.entry.ident, c.kind, c.pos, c.stream_time, c.threshold, c.entry.ref, c.entry.time,
+                     c.entry.size, c.entry.order[0], c.d_count, c.d_bytes)
+                    for c in eviction.fold(buf, events, stream_time, end_known=eager)]
         return pd.DataFrame(out, columns=[*carried, "_what", "_pos", "_st", "_thr", "_ref", "_bt", "_size", "_key",
                                           "_dc", "_db"])
     return run
