@@ -3,9 +3,12 @@ workers, or a retried task and the zombie of its first try, would run them. Thre
 (test_exactly_once) share Delta's log cache; processes share nothing but the files.
 
 Each process first runs its own pipeline, at the same moment as the other: pipelines sharing a
-warehouse do not disturb each other. Then both run batch b0 of one more pipeline at the same
-moment, meeting again just before the batch's claim (its *started* ledger row): one commits, the
-other stops with ConcurrentBatchError or, had it come second, reports "already committed"."""
+warehouse do not disturb each other. Then both run batch b0 of one more pipeline: they start it
+together (both create the pipeline's ledger) and meet again just before the batch's claim (its
+*started* ledger row): one commits, the other stops with ConcurrentBatchError or, had it come
+second, reports "already committed". The processes meet at files in a gate folder."""
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -35,10 +38,17 @@ other = "2" if me == "1" else "1"
 
 def meet(step, wait=True):
     (gate / f"{{step}}.{{me}}").touch()
+    deadline = time.monotonic() + 300
     while wait and not (gate / f"{{step}}.{{other}}").exists():
+        if time.monotonic() > deadline:
+            sys.exit(f"the other runner never reached {{step!r}}")
         time.sleep(0.002)
 
-spark = spark_session("racer" + me, master="local[1]", conf={{"spark.sql.codegen.wholeStage": "false"}})
+# conftest's settings on one core, no C2 compiler, serial GC: a short-lived JVM would spend most
+# of its CPU compiling
+spark = spark_session("racer" + me, master="local[1]", conf={{
+    "spark.sql.codegen.wholeStage": "false", "spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1",
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}})
 name, batch = OWN[me]
 meet("own")
 print("OWN", Runtime(spark, lake, quality=False).run_batch(pipeline(name), "b0", frame(spark, batch)).status, flush=True)
@@ -64,13 +74,18 @@ def test_two_processes_commit_one_batch_once_and_leave_other_pipelines_alone(spa
     gate.mkdir()
     racers = [_racer(lake, gate, me) for me in OWN]
     raced = pipeline(RACED[0])
-    clean = Runtime(spark, f"{warehouse}/clean", quality=False)   # the reference, while the racers start
-    clean.run_batch(raced, "b0", frame(spark, RACED[1]))
+    try:
+        clean = Runtime(spark, f"{warehouse}/clean", quality=False)   # the reference, while the racers start
+        clean.run_batch(raced, "b0", frame(spark, RACED[1]))
+        outputs = [racer.communicate(timeout=600) for racer in racers]
+    finally:
+        for racer in racers:
+            if racer.poll() is None:
+                os.killpg(racer.pid, signal.SIGKILL)   # with its JVM
     said = []
-    for racer in racers:
-        out, err = racer.communicate(timeout=600)
+    for racer, (out, err) in zip(racers, outputs):
         assert racer.returncode == 0, err[-3000:]
-        said.append(dict(line.split(" ", 1) for line in out.splitlines()))
+        said.append(dict(line.split(" ", 1) for line in out.splitlines() if line.startswith(("OWN ", "RACE "))))
 
     assert [s["OWN"] for s in said] == ["committed", "committed"]
     race = sorted(s["RACE"] for s in said)
