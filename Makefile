@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?= -q --durations=15
 
-.PHONY: install test demo clean
+.PHONY: install test demo bench bench-quick clean
 
 install: $(VENV)/.installed
 
@@ -20,6 +20,13 @@ test: install
 
 demo: install
 	$(PY) scripts/demo.py
+
+# Framework vs Structured Streaming vs a plain aggregate; results in bench/results/ (see README).
+bench: install
+	$(PY) bench/vs_streaming.py --workload tumbling --size standard
+
+bench-quick: install
+	$(PY) bench/vs_streaming.py --workload tumbling --size quick
 
 clean:
 	rm -rf var .pytest_cache .hypothesis
