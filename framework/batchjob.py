@@ -5,6 +5,8 @@ A job module (``jobs/<name>.py``) declares ``PIPELINE``, the ``LANDING`` table i
 ``python -m framework run`` and for the Airflow DAGs. A batch is the set of landing records whose
 ``ingest_time`` falls in ``[batch_start, batch_end)``; its id is the ISO form of ``batch_start``,
 so ids increase with time and re-running an interval is the idempotent no-op of SPEC 4.
+With ``--replay`` the same entry point replays committed intervals from the landing table as it
+is now (``replay_intervals``, SPEC 6(b)): the replay DAG submits that.
 """
 from __future__ import annotations
 
