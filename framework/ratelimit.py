@@ -63,7 +63,7 @@ def limit(b: Batch, outcome: Outcome) -> Outcome:
     s = p.suppression
     ident, carried = identity(p), _carried(p)
     values = [a.name for a in p.aggregates]
-    ups = _updates(b)
+    ups = _updates(b).localCheckpoint(eager=True)  # read three times: by the fold and for two values
     stored = b.buffer.select(*ups.drop("_pos", "_sb", "_sa").columns) if b.buffer is not None \
         else ups.drop("_pos", "_sb", "_sa").limit(0)
     base = [*carried, "_bt", "_size", "_key"]

@@ -16,7 +16,8 @@ from datetime import timedelta as td
 
 import pytest
 
-from framework import BufferConfig, BufferFullError, Pipeline, Runtime, Suppressed, TimeWindows, agg
+from framework import (BufferConfig, BufferFullError, DefinitionError, Pipeline, Runtime, SessionWindows, Suppressed,
+                       TimeWindows, agg)
 from framework import eviction
 from harness import frame, in_parallel, run_stream
 import reference as ref
@@ -289,3 +290,27 @@ def test_rate_limiting_matches_the_reference_model_for_any_batch_split(random_ru
         assert random_runs[(seed, split)] == want, (split, recs, batches, limit, buffer, windows)
     without_batch = {x: sorted(r[:3] + r[4:] for r in random_runs[(seed, x)]) for x in ("one", "split")}
     assert without_batch["one"] == without_batch["split"]
+
+
+def test_buffer_configs_combine_bounds_and_policies():
+    both = BufferConfig.max_records(2).with_max_bytes(5)
+    assert (both.record_limit, both.byte_limit) == (2, 5)
+    strict = both.shut_down_when_full()
+    assert (strict.record_limit, strict.byte_limit, strict.when_full) == (2, 5, "shut_down")
+    assert (strict.emit_early_when_full().record_limit, strict.emit_early_when_full().byte_limit) == (2, 5)
+    for unbounded in (both.with_no_bound(), both.spill_to_disk_when_full(), BufferConfig.unbounded()):
+        assert (unbounded.record_limit, unbounded.byte_limit) == (None, None) and hasattr(unbounded, "when_full")
+    assert BufferConfig.unbounded().with_max_records(3).record_limit == 3
+    with pytest.raises(DefinitionError, match="until_window_closes needs a strict buffer"):
+        Suppressed.until_window_closes(BufferConfig.max_records(2))
+    with pytest.raises(DefinitionError, match="max_records must be a positive int"):
+        BufferConfig.max_records(0)
+
+
+def test_rate_limiting_is_refused_where_it_cannot_hold():
+    rate = Suppressed.until_time_limit(5, BufferConfig.unbounded())
+    keyed = Pipeline("refused", timestamp="ts").group_by("k")
+    with pytest.raises(DefinitionError, match="supported on plain tables and TimeWindows"):
+        keyed.windowed_by(SessionWindows.of_inactivity_gap_and_grace(5, 0)).aggregate(agg.count()).suppress(rate)
+    with pytest.raises(DefinitionError, match="needs lateness='record'"):
+        Pipeline("refused", timestamp="ts", lateness="batch").group_by("k").aggregate(agg.count()).suppress(rate)
