@@ -3,6 +3,7 @@ aggregate (C, the floor), over the same generated batches, in one Spark session.
 
     .venv/bin/python bench/vs_streaming.py --workload tumbling --size quick
     .venv/bin/python bench/vs_streaming.py --workload tumbling --size standard
+    .venv/bin/python bench/vs_streaming.py --size scaling     # A alone: 100k vs 10M open windows
 
 A runs ``Runtime.run_batch`` with ``lateness="batch"`` (Structured Streaming's watermark rule), so
 for tumbling and hopping windows A's final rows must equal B's appended rows and a pandas ground
@@ -73,16 +74,17 @@ WORKLOADS = {w.name: w for w in (Workload("tumbling", HOUR, HOUR), Workload("hop
 
 
 def generate(out: Path, events: int, keys: int, batches: int, out_of_order: float, too_late: float,
-             seed: int) -> list[Path]:
+             seed: int, span_ms: int | None = None) -> list[Path]:
     """The arrival sequence as one parquet file per batch, one hour of event time per batch.
 
     Records arrive at evenly spaced event times; a fraction ``out_of_order`` is moved back by up to
     the grace (never late), a fraction ``too_late`` by more than a batch plus window plus grace
-    (late once a batch has set the watermark). Same arguments, same files.
+    (late once a batch has set the watermark). ``span_ms`` overrides the event-time span. Same
+    arguments, same files.
     """
     rng = np.random.default_rng(seed)
     seq = np.arange(events, dtype=np.int64)
-    ts = T0 + seq * (batches * HOUR) // events
+    ts = T0 + seq * (span_ms or batches * HOUR) // events
     u = rng.random(events)
     shift = np.where(u < too_late, 2 * HOUR + GRACE + (rng.random(events) * HOUR).astype(np.int64),
                      np.where(u < too_late + out_of_order, (rng.random(events) * GRACE).astype(np.int64), 0))
@@ -273,6 +275,46 @@ def run(spark: SparkSession, workload: str, size: str, events: int, batches: int
     return report
 
 
+def scaling(spark: SparkSession, open_windows: tuple[int, ...], events: int, batches: int, keys: int,
+            results: Path) -> dict:
+    """A's batch time against the state it holds: a first batch opens ``n`` windows (one record per
+    key at the epoch of the hour), then ``batches`` batches of ``events`` records over ``keys`` keys
+    inside the same hour (nothing closes), timed. SPEC 11: a batch costs with its input and the
+    state it touches, so the median should barely move with ``n``."""
+    rep: dict = {"workload": "tumbling", "size": "scaling", "events_per_batch": events, "batches": batches,
+                 "keys": keys, "runs": {}}
+    for n in open_windows:
+        work = Path(tempfile.mkdtemp(prefix="bench-scaling-"))
+        try:
+            (work / "in").mkdir()
+            prep = work / "prep.parquet"
+            pq.write_table(pa.table({"seq": np.arange(n, dtype=np.int64),
+                                     "user_id": pa.array(np.char.add("p", np.arange(n).astype(str))),
+                                     "ts": pa.array(np.full(n, T0 * 1000, dtype=np.int64), pa.timestamp("us", "UTC")),
+                                     "amount": np.ones(n, dtype=np.int64)}), prep)
+            paths = generate(work / "in", events * batches, keys, batches, 0.0, 0.0, 1, span_ms=50 * MINUTE)
+            r = Runners(spark, work, WORKLOADS["tumbling"])
+            start = time.monotonic()
+            r.rt.run_batch(r.pipeline, "a0000", spark.read.parquet(str(prep)))
+            prep_s = time.monotonic() - start
+            seconds = [r.run_a(i + 1, path) for i, path in enumerate(paths)]
+            opened = r.rt.read_metrics(r.pipeline).agg(F.max("windows_open")).first()[0]
+            rep["runs"][str(n)] = {"open_windows": int(opened), "prep_s": round(prep_s, 1),
+                                   "seconds": [round(x, 2) for x in seconds],
+                                   "median_s": round(statistics.median(seconds), 2),
+                                   "state_bytes": disk_bytes(work / "a" / "bench" / "window_state"),
+                                   "spark_jobs": r.jobs, "delta_commits": r.commits}
+            print(f"open windows {opened:,}: prep {prep_s:.0f}s, batches {[round(x, 1) for x in seconds]}", flush=True)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    lo, hi = (rep["runs"][str(n)]["median_s"] for n in (min(open_windows), max(open_windows)))
+    rep["ratio_largest_over_smallest"] = round(hi / lo, 2)
+    rep["machine"] = {"cores": os.cpu_count(), "loadavg_after": [round(x, 1) for x in os.getloadavg()]}
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "tumbling-scaling.json").write_text(json.dumps(rep, indent=1) + "\n")
+    return rep
+
+
 def markdown(rep: dict) -> str:
     """The table for the README."""
     s = rep["stats"]
@@ -315,7 +357,8 @@ def write_report(rep: dict, results: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", choices=WORKLOADS, default="tumbling")
-    ap.add_argument("--size", choices=SIZES, default="quick")
+    ap.add_argument("--size", choices=[*SIZES, "scaling"], default="quick",
+                    help="scaling: A only, 100k vs 10M open windows, same batch size")
     ap.add_argument("--events", type=int, help="override the size's events")
     ap.add_argument("--batches", type=int, help="override the size's batches")
     ap.add_argument("--keys", type=int, help="override the size's keys")
@@ -324,8 +367,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--results", type=Path, default=Path(__file__).parent / "results")
     args = ap.parse_args()
-    events, batches, keys = SIZES[args.size]
     spark = spark_session("bench-vs-streaming", conf={"spark.sql.streaming.stateStore.providerClass": ROCKSDB})
+    if args.size == "scaling":
+        rep = scaling(spark, (100_000, 10_000_000), args.events or 100_000, args.batches or 3, args.keys or 1_000,
+                      args.results)
+        print(json.dumps({k: v["median_s"] for k, v in rep["runs"].items()}),
+              "ratio", rep["ratio_largest_over_smallest"])
+        return
+    events, batches, keys = SIZES[args.size]
     rep = run(spark, args.workload, args.size, args.events or events, args.batches or batches, args.keys or keys,
               args.out_of_order, args.too_late, args.seed, args.results)
     print(markdown(rep))
