@@ -20,11 +20,13 @@ class Crash(Exception):
     pass
 
 
-def pipeline(name, windows=None):
+RATE_LIMITED = Suppressed.until_time_limit(5, BufferConfig.max_records(2))
+
+
+def pipeline(name, windows=None, suppressed=Suppressed.until_window_closes(BufferConfig.unbounded())):
     return (Pipeline(name, timestamp="ts", arrival="seq").group_by("k")
             .windowed_by(windows or TimeWindows.of_size_and_grace(10, 2))
-            .aggregate(*AGGREGATES).suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
-            .to("out"))
+            .aggregate(*AGGREGATES).suppress(suppressed).to("out"))
 
 
 def run(rt, p, index, batch=None):
@@ -37,20 +39,24 @@ def snapshot(rt, p):
     ledger keeps a *started* row per attempt: a re-run adds one with the same content)."""
     t = rt.tables(p)
     tables = {"output": (t.output, ()), "late": (t.late, ()), "metrics": (t.metrics, ["batch_duration_ms"]),
-              "ledger": (t.ledger, ["attempt", "at", "state_version", "records_version", "output_version"]),
+              "ledger": (t.ledger, ["attempt", "at", "state_version", "records_version", "output_version",
+                                    "buffer_version"]),
               "state": (t.state, ()), "records": (t.records, ())}
+    if p.rate_limited:
+        tables["buffer"] = (rt._buffer_path(p), ())
     return {name: sorted(map(str, rt.spark.read.format("delta").load(path).drop(*drop).distinct().collect()))
             for name, (path, drop) in tables.items() if state.exists(rt.spark, path)}
 
 
-@pytest.mark.parametrize("windows", [TimeWindows.of_size_and_grace(10, 2),
-                                     SlidingWindows.of_time_difference_and_grace(10, 2)],
-                         ids=["tumbling", "sliding"])
-def test_crash_at_every_write_boundary_then_rerun_equals_a_clean_run(spark, warehouse, windows):
+@pytest.mark.parametrize("windows, suppressed", [
+    (TimeWindows.of_size_and_grace(10, 2), Suppressed.until_window_closes(BufferConfig.unbounded())),
+    (SlidingWindows.of_time_difference_and_grace(10, 2), Suppressed.until_window_closes(BufferConfig.unbounded())),
+    (TimeWindows.of_size_and_grace(10, 2), RATE_LIMITED)], ids=["tumbling", "sliding", "rate_limited"])
+def test_crash_at_every_write_boundary_then_rerun_equals_a_clean_run(spark, warehouse, windows, suppressed):
     """Batch b0 runs once; each run starts from a copy of its warehouse (a Delta table copied
     with its log is the same table), then b1 either runs cleanly or crashes before one write
     and is re-run, then b2 runs."""
-    p = pipeline("crash", windows)
+    p = pipeline("crash", windows, suppressed)
     run(Runtime(spark, f"{warehouse}/b0", quality=False), p, 0)
 
     def from_b0(label, before_write=None):
@@ -77,6 +83,7 @@ def test_crash_at_every_write_boundary_then_rerun_equals_a_clean_run(spark, ware
     outcomes = in_parallel([clean] + [lambda pt=pt: crash_at(pt) for pt in WRITE_POINTS])
     reference, crashed = outcomes[0], dict(outcomes[1:])
     assert reference["output"] and reference["late"]          # every write point was exercised
+    assert ("buffer" in reference) == p.rate_limited
     for point, tables in crashed.items():
         assert tables == reference, f"crash before {point!r} write"
 
