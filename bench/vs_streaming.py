@@ -216,11 +216,15 @@ class Runners:
         """A's final rows vs B's appended rows vs the pandas ground truth (time windows only)."""
         a = _spark_rows(self.rt.read_output(self.pipeline))
         b = _spark_rows(self.spark.read.format("delta").load(str(self.work / "b_out")))
-        check = {"rows_a": len(a), "rows_b": len(b), "a_equals_b": a.equals(b)}
+        diff = a.merge(b, how="outer", indicator=True).query("_merge != 'both'")
+        check = {"rows_a": len(a), "rows_b": len(b), "a_equals_b": a.equals(b), "rows_only_in_a_or_b": len(diff),
+                 "examples": diff.head(6).astype(str).to_dict("records")}
         if self.w.hop_ms:
             truth = _canonical(ground_truth(paths, self.w))
             check.update(rows_truth=len(truth), a_equals_truth=a.equals(truth))
-        check["passed"] = all(v for k, v in check.items() if k.startswith("a_equals"))
+        # SPEC 3.2 promises A = B for time windows only; sessions follow Kafka's rules (never merge
+        # into a closed session, close 1 ms later), so there the difference is reported, not judged.
+        check["passed"] = all(v for k, v in check.items() if k.startswith("a_equals")) if self.w.hop_ms else None
         return check
 
 
@@ -329,7 +333,10 @@ def markdown(rep: dict) -> str:
             f"{rep['keys']:,} keys. A/B = {rep['ratio_a_over_b']}, A/C = {rep['ratio_a_over_c']} (medians). "
             f"A: {statistics.median(rep['a_spark_jobs_per_batch']):.0f} Spark jobs and "
             f"{statistics.median(rep['a_delta_commits_per_batch']):.0f} Delta commits per batch (median). "
-            f"Cross-check A = B = truth: {'passed' if cc['passed'] else 'FAILED'} ({cc['rows_a']:,} rows). "
+            + (f"Cross-check A = B = truth: {'passed' if cc['passed'] else 'FAILED'} ({cc['rows_a']:,} rows). "
+               if cc["passed"] is not None else
+               f"Sessions, A vs B (not expected equal): {cc.get('rows_only_in_a_or_b', '?')} of "
+               f"{cc['rows_a']:,}/{cc['rows_b']:,} rows differ. ") +
             f"Load average {rep['machine']['loadavg_before'][0]} → {rep['machine']['loadavg_after'][0]} "
             f"on {rep['machine']['cores']} cores.\n\n" + head + rows)
 
