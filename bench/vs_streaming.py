@@ -372,11 +372,12 @@ def main() -> None:
     ap.add_argument("--out-of-order", type=float, default=0.05, help="fraction moved back within the grace")
     ap.add_argument("--too-late", type=float, default=0.005, help="fraction moved back behind the watermark")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--open-windows", type=int, nargs="+", default=[100_000, 10_000_000], help="scaling only")
     ap.add_argument("--results", type=Path, default=Path(__file__).parent / "results")
     args = ap.parse_args()
     spark = spark_session("bench-vs-streaming", conf={"spark.sql.streaming.stateStore.providerClass": ROCKSDB})
     if args.size == "scaling":
-        rep = scaling(spark, (100_000, 10_000_000), args.events or 100_000, args.batches or 3, args.keys or 1_000,
+        rep = scaling(spark, tuple(args.open_windows), args.events or 100_000, args.batches or 3, args.keys or 1_000,
                       args.results)
         print(json.dumps({k: v["median_s"] for k, v in rep["runs"].items()}),
               "ratio", rep["ratio_largest_over_smallest"])
