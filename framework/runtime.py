@@ -239,9 +239,7 @@ class Runtime:
 
         self._write("state", lambda: self._write_state(p, outcome, wid("state"), sta, kept))
         self._write("records", lambda: self._write_records(p, outcome, wid("records")))
-        if outcome.limited is not None:
-            self._write("buffer", lambda: state.rewrite(outcome.limited.buffer, self._buffer_path(p), None,
-                                                        wid("buffer")))
+        self._write("buffer", lambda: self._write_buffer(p, outcome, wid("buffer")))
         if n_rows:
             self._write("output", lambda: sinks.publish(p, rows_out, t.output, wid("output")))
         if counts.get("late_records"):
@@ -353,6 +351,10 @@ class Runtime:
         if outcome.records_cutoff is not None:
             merge = merge.whenNotMatchedBySourceDelete(f"t._ts < {outcome.records_cutoff}")
         state.once(self.spark, path, wid, merge.execute)
+
+    def _write_buffer(self, p: Pipeline, outcome: engine.Outcome, wid: state.WriteId) -> None:
+        if outcome.limited is not None:  # the buffer after the batch replaces the one before
+            state.rewrite(outcome.limited.buffer, self._buffer_path(p), None, wid)
 
     def _buffer_path(self, p: Pipeline) -> str | None:
         return self.tables(p).buffer(p.suppression.name or "suppress") if p.rate_limited else None
