@@ -174,9 +174,12 @@ def _placed(b: Batch, emits: DataFrame) -> DataFrame:
         steps = steps.unionByName(b.records.sparkSession.createDataFrame(
             [(b.stream_time, eviction.END)], "_v long, _at long"))
     asks = unknown.select(F.col("_thr").alias("_v")).distinct().withColumn("_at", F.lit(None).cast("long"))
-    upto = Window.orderBy("_v", F.col("_at").isNotNull()).rowsBetween(Window.currentRow, Window.unboundedFollowing)
-    first: Column = F.first(F.when(F.col("_at").isNotNull(), F.struct("_v", "_at")), ignorenulls=True).over(upto)
-    answers = (asks.unionByName(steps).select("_v", F.col("_at").isNull().alias("_ask"), first.alias("_step"))
+    # Descending, steps before asks at equal value: the last step seen is the smallest one >= the
+    # ask (a running frame: an unbounded-following one would cost a pass per row).
+    seen = Window.orderBy(F.desc("_v"), F.col("_at").isNull()).rowsBetween(Window.unboundedPreceding,
+                                                                            Window.currentRow)
+    last: Column = F.last(F.when(F.col("_at").isNotNull(), F.struct("_v", "_at")), ignorenulls=True).over(seen)
+    answers = (asks.unionByName(steps).select("_v", F.col("_at").isNull().alias("_ask"), last.alias("_step"))
                .filter("_ask").select(F.col("_v").alias("_thr"), F.col("_step._at").alias("_at"),
                                       F.col("_step._v").alias("_sv")))
     placed = (unknown.join(answers, "_thr").withColumn("_pos", F.col("_at")).withColumn("_st", F.col("_sv"))

@@ -23,6 +23,8 @@ from harness import frame, in_parallel, run_stream
 import reference as ref
 
 FOREVER = td(days=365 * 100)
+# The KIP tables run in one module fixture: its setup is 46 tiny batches, longer than one test.
+pytestmark = pytest.mark.timeout(2400)
 STRING = "string"
 
 
