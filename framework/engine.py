@@ -163,7 +163,7 @@ def _stored(b: Batch, like: DataFrame) -> DataFrame:
     return like.limit(0) if b.state is None else b.state.select(*like.columns)
 
 
-def _partial_names(p: Pipeline) -> list[str]:
+def partial_names(p: Pipeline) -> list[str]:
     return [x.column for a in p.aggregates for x in a.partials]
 
 
@@ -231,7 +231,7 @@ def _sessions(b: Batch, w: SessionWindows) -> Outcome:
     rec_partials = rec_assign.groupBy(*keys, "_start", "_end").agg(*partials(p), F.max("_ts").alias("_max_ts"))
     old_assign = (old.withColumn("_id", F.col("window_start"))
                   .join(assigned.filter("_kind = 0").drop("_kind"), [*keys, "_id"])
-                  .select(*keys, "_start", "_end", *_partial_names(p), "_max_ts"))
+                  .select(*keys, "_start", "_end", *partial_names(p), "_max_ts"))
     merged = (rec_partials.unionByName(old_assign).groupBy(*keys, "_start", "_end")
               .agg(*merges(p), F.max("_max_ts").alias("_max_ts"))
               .withColumnRenamed("_start", "window_start").withColumnRenamed("_end", "window_end")
@@ -285,17 +285,27 @@ def _session_fold(keys: list[str], gap: int, grace: int):
 
 
 # ---- sliding windows -----------------------------------------------------------------------
+def _keep_ms(w: SlidingWindows) -> int:
+    """How long a record matters: until every window it is in or defines has closed."""
+    return w.size_ms + 2 + w.grace_ms
+
+
+def recent_records(b: Batch, w: SlidingWindows) -> DataFrame:
+    """The kept records that may still matter (``_new`` false, earlier in arrival order) and the
+    batch's records (``_new`` true)."""
+    new = b.records.withColumn("_new", F.lit(True))
+    if b.kept_records is None:
+        return new
+    kept = (b.kept_records.filter(F.col("_ts") >= F.lit(b.stb - _keep_ms(w)))
+            .withColumn("_new", F.lit(False)).select(*new.columns))
+    return kept.unionByName(new)
+
+
 def _sliding(b: Batch, w: SlidingWindows) -> Outcome:
     p = b.pipeline
     keys = list(p.keys)
     size, grace = w.size_ms, w.grace_ms
-    keep = size + 2 + grace  # a record matters until every window it is in or defines has closed
-    new = b.records.withColumn("_new", F.lit(True))
-    kept = None
-    if b.kept_records is not None:
-        kept = (b.kept_records.filter(F.col("_ts") >= F.lit(b.stb - keep))
-                .withColumn("_new", F.lit(False)).select(*new.columns))
-    every = new if kept is None else kept.unionByName(new)
+    every = recent_records(b, w)
 
     left_start = F.greatest(F.col("_ts") - size, F.lit(0))
     lefts = every.select(*keys, left_start.alias("window_start"), (left_start + size).alias("window_end"), "_sb", "_new")
@@ -326,6 +336,6 @@ def _sliding(b: Batch, w: SlidingWindows) -> Outcome:
     late = b.records.filter(F.col("_ts") + size + 1 + grace <= F.col("_sb"))
     open_windows = windows.filter(F.col("_close") > b.sta)
     closed = windows.filter((F.col("_close") > b.stb) & (F.col("_close") <= b.sta))
-    cutoff = None if b.stream_time is None else b.stream_time - keep
+    cutoff = None if b.stream_time is None else b.stream_time - _keep_ms(w)
     return Outcome(None, None, b.records, cutoff, results, late, closed, b.records, counters, open_windows)
 

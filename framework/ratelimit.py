@@ -3,8 +3,10 @@
 Every record that changes an aggregate makes an *update*: the key (and window), the record's
 arrival position, the stream time before and after it, the update's time (the record's event
 time; for a window, the largest event time in it so far, as Kafka stamps it) and the new value.
-The value after each update is a running merge of the stored partials and the batch's
-per-record partials: a window function per key, so it runs in parallel.
+The value after each update is a running merge, a window function per key (and window), so it
+runs in parallel: of the stored partials and the batch's per-record partials (plain tables,
+time windows), or of the kept and new records a sliding window holds. Session windows are not
+supported: a merge would need tombstones for the merged sessions.
 
 The buffer itself is ``eviction.Buffer``. When only time decides (unbounded and strict
 buffers) it runs per key in parallel; a strict bound is then checked over the size changes
@@ -21,10 +23,11 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from . import eviction
-from .engine import Batch, Outcome, assign, finished, partials
+from .engine import Batch, Outcome, assign, finished, partial_names, partials, recent_records
 from .names import quoted
 from .suppress import EagerBufferConfig
 from .topology import Pipeline
+from .windows import SlidingWindows
 
 CHANGES = "_what string, _pos long, _st long, _thr long, _ref long, _bt long, _size long, _key string, " \
           "_dc long, _db long"
@@ -103,33 +106,86 @@ def _updates(b: Batch) -> DataFrame:
     """One row per update: the entry it names, position, stream time before/after, update time,
     value and its size (UTF-8 bytes of the value's string form)."""
     p = b.pipeline
-    ident = identity(p)
+    ident, carried = identity(p), _carried(p)
+    rows = _sliding_rows(b, p.windows) if isinstance(p.windows, SlidingWindows) else _time_rows(b)
+    spec = (f"PARTITION BY {', '.join(quoted(c) for c in ident)} ORDER BY _ord ASC NULLS FIRST "
+            "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW")
+    bt = F.expr(f"max(_ts) OVER ({spec})") if p.windows is not None else F.col("_ts")
+    running = rows.select(*carried, "_ord", "_sb", "_sa", "_touch", bt.alias("_bt"),
+                          *[F.expr(x.over(spec)).alias(x.column) for a in p.aggregates for x in a.partials])
+    text = F.col(p.aggregates[0].name).cast("string") if len(p.aggregates) == 1 \
+        else F.to_json(F.struct(*[a.name for a in p.aggregates]))
+    key = F.concat_ws("\u0000", *[F.col(k).cast("string") for k in p.keys])
+    ups = running.filter("_touch")
+    if p.windows is not None:  # a record's updates go by window start; its first one advances stream
+        # time (and expires entries), so the later ones find the stream time after the record
+        first = F.row_number().over(Window.partitionBy("_ord").orderBy("window_start")) == 1
+        ups = ups.withColumn("_sb", F.when(first, F.col("_sb")).otherwise(F.col("_sa")))
+    return (ups.select(*carried, "_ord", "_sb", "_sa", "_bt", *finished(p))
+            .select(*carried, F.col("_ord.pos").alias("_pos"), "_sb", "_sa", "_bt",
+                    F.coalesce(F.octet_length(text), F.lit(0)).cast("long").alias("_size"), key.alias("_key"),
+                    *[a.name for a in p.aggregates]))
+
+
+def _time_rows(b: Batch) -> DataFrame:
+    """Per record and entry it updates (``_touch``): the record's partials; before them the
+    stored partials of those entries (time windows and plain tables keep partials)."""
+    p = b.pipeline
+    ident, carried = identity(p), _carried(p)
     recs = b.records.withColumn("_sa", F.greatest("_sb", "_ts"))
     if p.windows is not None:
         recs = (assign(recs, p.windows).withColumn("window_start", F.explode("_acc"))
                 .withColumn("window_end", F.col("window_start") + p.windows.size_ms))
-    carried = _carried(p)
-    per_record = recs.groupBy(*carried, "_ord", "_sb", "_sa", "_ts").agg(*partials(p))
-    parts = [x.column for a in p.aggregates for x in a.partials]
-    if b.state is not None:  # stored partials of the entries this batch updates come first
-        stored = (b.state.select(*carried, *parts, "_max_ts").join(per_record.select(*ident).distinct(), ident,
-                                                                     "left_semi")
-                  .select(*carried, F.lit(None).cast(per_record.schema["_ord"].dataType).alias("_ord"),
-                          *[F.lit(None).cast("long").alias(c) for c in ("_sb", "_sa")],
-                          F.col("_max_ts").alias("_ts"), *parts))
-        per_record = per_record.unionByName(stored)
-    spec = (f"PARTITION BY {', '.join(quoted(c) for c in ident)} ORDER BY _ord ASC NULLS FIRST "
-            "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW")
-    bt = F.expr(f"max(_ts) OVER ({spec})") if p.windows is not None else F.col("_ts")
-    running = per_record.select(*carried, "_ord", "_sb", "_sa", bt.alias("_bt"),
-                                *[F.expr(x.over(spec)).alias(x.column) for a in p.aggregates for x in a.partials])
-    text = F.col(p.aggregates[0].name).cast("string") if len(p.aggregates) == 1 \
-        else F.to_json(F.struct(*[a.name for a in p.aggregates]))
-    key = F.concat_ws("\u0000", *[F.col(k).cast("string") for k in p.keys])
-    return (running.filter(F.col("_ord").isNotNull()).select(*carried, "_ord", "_sb", "_sa", "_bt", *finished(p))
-            .select(*carried, F.col("_ord.pos").alias("_pos"), "_sb", "_sa", "_bt",
-                    F.coalesce(F.octet_length(text), F.lit(0)).cast("long").alias("_size"), key.alias("_key"),
-                    *[a.name for a in p.aggregates]))
+    per_record = recs.groupBy(*carried, "_ord", "_sb", "_sa", "_ts").agg(*partials(p)).withColumn("_touch", F.lit(True))
+    if b.state is None:
+        return per_record
+    parts = partial_names(p)
+    stored = (b.state.select(*carried, *parts, "_max_ts").join(per_record.select(*ident).distinct(), ident, "left_semi")
+              .select(*carried, F.lit(None).cast(per_record.schema["_ord"].dataType).alias("_ord"),
+                      *[F.lit(None).cast("long").alias(c) for c in ("_sb", "_sa")],
+                      F.col("_max_ts").alias("_ts"), *parts, F.lit(False).alias("_touch")))
+    return per_record.unionByName(stored)
+
+
+def _sliding_rows(b: Batch, w: SlidingWindows) -> DataFrame:
+    """Sliding windows keep records, not partials: per window, a row for every record it holds
+    (kept ones first), and one for a record that creates it without being in it (its right
+    window, holding earlier records). A row is an update (``_touch``) when its record is new,
+    the window is open for it (SPEC 3.1) and exists by then (``_def``, the record that created
+    it, arrived no later), exactly the windows ``engine._sliding`` builds."""
+    p = b.pipeline
+    keys = list(p.keys)
+    every = recent_records(b, w).join(b.records.select(*keys).distinct(), keys, "left_semi")
+    rec = F.struct("_ord", "_ts", "_sb", "_new")  # ``_ord`` first: compares by arrival
+    left = F.greatest(F.col("_ts") - w.size_ms, F.lit(0))
+    # per window: the first record whose left window it is, and the first one 1 ms before it
+    # (whose right window it is)
+    lefts = every.groupBy(*keys, left.alias("window_start")).agg(F.min(rec).alias("_left"))
+    rights = every.groupBy(*keys, (F.col("_ts") + 1).alias("window_start")).agg(F.min(rec).alias("_right"))
+    windows = (lefts.join(rights, [*keys, "window_start"], "full")
+               .withColumn("window_end", F.col("window_start") + w.size_ms)
+               .withColumn("_close", F.col("window_end") + 1 + w.grace_ms)
+               .filter(F.col("_close") > F.lit(b.stb)))  # open for some record of the batch
+    on = [F.col(f"w.{k}") == F.col(f"r.{k}") for k in keys] + [
+        F.col("r._ts").between(F.col("w.window_start"), F.col("w.window_end"))]
+    held = windows.alias("w").join(every.alias("r"), on).select(
+        "w.*", *[F.col(f"r.{c}") for c in every.columns if c not in keys])
+    # a right window exists once its record and one inside it have arrived
+    first_in = F.min(rec).over(Window.partitionBy(*keys, "window_start"))
+    as_right = F.when(F.col("_right").isNotNull(), F.greatest("_right", "_first_in"))
+    held = (held.withColumn("_first_in", first_in).withColumn("_def", F.least("_left", as_right))
+            .withColumn("_sa", F.greatest("_sb", "_ts")))
+    carried = [*keys, "window_start", "window_end"]
+    touch = F.col("_new") & (F.col("_close") > F.col("_sb")) & (F.col("_ord") >= F.col("_def._ord"))
+    members = (held.withColumn("_touch", touch)
+               .groupBy(*carried, "_ord", "_sb", "_sa", "_ts", "_touch").agg(*partials(p)))
+    d = F.col("_def")
+    creator_outside = d["_new"] & (d["_ts"] < F.col("window_start")) & (F.col("_close") > d["_sb"])
+    creations = held.filter((F.col("_ord") == F.col("_first_in._ord")) & creator_outside)  # one row per window
+    return members.unionByName(creations.select(
+        *carried, d["_ord"].alias("_ord"), d["_sb"].alias("_sb"), F.greatest(d["_sb"], d["_ts"]).alias("_sa"),
+        F.lit(None).cast("long").alias("_ts"), F.lit(True).alias("_touch"),
+        *[F.lit(None).cast(members.schema[c].dataType).alias(c) for c in partial_names(p)]))
 
 
 def _fold(carried: list[str], limit_ms: int, max_records: int | None, max_bytes: int | None,

@@ -123,9 +123,11 @@ class Pipeline:
         if suppressed.mode == "until_window_closes" and self.windows is None:
             raise DefinitionError(f"pipeline {self.name!r}: until_window_closes needs a windowed "
                                   "aggregation (add .windowed_by(...)); use until_time_limit to rate-limit a plain table")
-        if suppressed.mode == "until_time_limit" and isinstance(self.windows, (SlidingWindows, SessionWindows)):
-            raise DefinitionError(f"pipeline {self.name!r}: until_time_limit is supported on plain tables and "
-                                  "TimeWindows; for sliding or session windows use until_window_closes")
+        if suppressed.mode == "until_time_limit" and isinstance(self.windows, SessionWindows):
+            raise DefinitionError(f"pipeline {self.name!r}: until_time_limit is not supported on session windows "
+                                  "(a merge would have to retract the merged sessions' buffered or emitted updates "
+                                  "with tombstones, which is not built); use until_window_closes, or TimeWindows "
+                                  "or SlidingWindows")
         if suppressed.mode == "until_time_limit" and self.lateness != "record":
             raise DefinitionError(f"pipeline {self.name!r}: until_time_limit emits record by record, so it needs "
                                   "lateness='record' (the default)")

@@ -101,10 +101,10 @@ def _session_record(windows, open_, key, ts, value, is_open):
 
 
 def _sliding_record(windows, open_, seen, key, ts, value, is_open):
+    """Add one record; return the windows it touched (updated or created), each once."""
     size = windows.size
-    for (k, _), w in open_.items():                      # 1. update open windows holding ts
-        if k == key and w.start <= ts <= w.end and is_open(w.start, w.end):
-            w.values.append(value)
+    touched = [w for (k, _), w in open_.items()          # 1. update open windows holding ts
+               if k == key and w.start <= ts <= w.end and is_open(w.start, w.end)]
 
     def create(start):                                    # a window and what it holds so far
         if (key, start) not in open_ and is_open(start, start + size):
@@ -114,24 +114,26 @@ def _sliding_record(windows, open_, seen, key, ts, value, is_open):
         return None
 
     left = create(max(ts - size, 0))                      # 2. the record's left window
-    if left is not None:
-        left.values.append(value)
-    if any(ts < t <= ts + 1 + size for t, _ in seen):     # 3. its right window, if it holds records
-        create(ts + 1)
-    for t, _ in seen:                                     # 4. right windows of earlier records
-        if t + 1 <= ts <= t + 1 + size:
-            w = create(t + 1)
-            if w is not None:
-                w.values.append(value)
+    right = None                                          # 3. its right window, if it holds records
+    if any(ts < t <= ts + 1 + size for t, _ in seen):
+        right = create(ts + 1)
+    earlier = [create(t + 1) for t, _ in seen             # 4. right windows of earlier records
+               if t + 1 <= ts <= t + 1 + size]
+    for w in touched + [left] + earlier:
+        if w is not None:
+            w.values.append(value)
     seen.append((ts, value))
+    return touched + [w for w in [left, right, *earlier] if w is not None]
 
 
 def rate_limited(batches, limit, max_records=None, max_bytes=None, eager=True, windows=None):
     """``until_time_limit`` (SPEC 3.6), one record at a time: the latest value per key, or with
-    ``windows`` (Tumbling) the count per key and window. Returns the emissions in order as
+    ``windows`` (Tumbling or Sliding) the count per key and window, updated in every window the
+    record touches (by start). Returns the emissions in order as
     ``(key, window_start or None, value, batch index, stream time)``, and the largest
     (entries, bytes) the buffer held after any record."""
-    st, buf, counts, out, peak = None, {}, {}, [], (0, 0)
+    st, buf, out, peak = None, {}, [], (0, 0)
+    open_, seen = {}, {}   # windows: (key, start) -> Window holding event times; sliding: key -> records
 
     def size():
         return sum(0 if v is None else len(str(v).encode()) for _, v in buf.values())
@@ -140,18 +142,23 @@ def rate_limited(batches, limit, max_records=None, max_bytes=None, eager=True, w
         _, value = buf.pop(ident)
         out.append((ident[0], ident[1], value, index, st))
 
+    def touched(key, ts, is_open):
+        if isinstance(windows, Sliding):
+            return _sliding_record(windows, open_, seen.setdefault(key, []), key, ts, ts, is_open)
+        hit = [open_.setdefault((key, s), Window(key, s, e)) for s, e in windows.windows_for(ts) if is_open(s, e)]
+        for w in hit:
+            w.values.append(ts)
+        return hit
+
     for index, batch in enumerate(batches):
         for key, ts, value in batch:
             sb, st = st, ts if st is None else max(st, ts)
             if windows is None:
                 updates = [((key, None), ts, value)]
             else:
-                updates = []
-                for s, e in sorted(windows.windows_for(ts)):
-                    if sb is None or windows.close(s, e) > sb:
-                        n, top = counts.get((key, s), (0, ts))
-                        counts[(key, s)] = (n + 1, max(top, ts))
-                        updates.append(((key, s), max(top, ts), n + 1))
+                is_open = (lambda s, e: sb is None or windows.close(s, e) > sb)
+                updates = [((key, w.start), max(w.values), len(w.values))
+                           for w in sorted(touched(key, ts, is_open), key=lambda w: w.start)]
             for ident, t, v in updates:
                 buf[ident] = (buf[ident][0] if ident in buf else t, v)
                 for i in sorted(buf, key=lambda i: (buf[i][0], i[0], i[1] or 0)):

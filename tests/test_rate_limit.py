@@ -16,8 +16,8 @@ from datetime import timedelta as td
 
 import pytest
 
-from framework import (BufferConfig, BufferFullError, DefinitionError, Pipeline, Runtime, SessionWindows, Suppressed,
-                       TimeWindows, agg)
+from framework import (BufferConfig, BufferFullError, DefinitionError, Pipeline, Runtime, SessionWindows,
+                       SlidingWindows, Suppressed, TimeWindows, agg)
 from framework import eviction
 from harness import frame, in_parallel, run_stream
 import reference as ref
@@ -241,32 +241,57 @@ def test_a_named_buffer_survives_an_added_operator_and_a_zero_limit_flushes_it(s
 
 
 # ---- property: random streams, bounds, limits and splits against the reference model -------
+SLIDING_SEEDS = (7, 11, 13)   # a plain table, limits 8, 0 and 5; out-of-order and late records
+
+
 def _case(seed):
     rnd = random.Random(seed)
+    sliding = seed in SLIDING_SEEDS
     windowed = seed % 2 == 1
-    recs = [(rnd.choice("ABC"), rnd.randint(0, 30), "".join(rnd.choice("xyz") for _ in range(rnd.randint(1, 3))))
-            for _ in range(rnd.randint(4, 7))]
+    recs = [(rnd.choice("AB" if sliding else "ABC"), rnd.randint(0, 30),
+             "".join(rnd.choice("xyz") for _ in range(rnd.randint(1, 3)))) for _ in range(rnd.randint(4, 7))]
     cuts = sorted(rnd.sample(range(1, len(recs)), rnd.randint(1, len(recs) - 1)))
     bounds = [0, *cuts, len(recs)]
     kind = rnd.choice(["unbounded", "records", "bytes"])
     buffer = {"unbounded": BufferConfig.unbounded(), "records": BufferConfig.max_records(rnd.randint(1, 2)),
               "bytes": BufferConfig.max_bytes(rnd.randint(2, 5))}[kind]
-    windows = ref.Tumbling(10, rnd.randint(0, 5), rnd.choice([5, 10])) if windowed else None
+    windows = (ref.Sliding(rnd.randint(3, 10), rnd.randint(0, 5)) if sliding
+               else ref.Tumbling(10, rnd.randint(0, 5), rnd.choice([5, 10])) if windowed else None)
     return recs, [recs[a:b] for a, b in zip(bounds, bounds[1:])], rnd.randint(0, 8), buffer, windows
 
 
-SEEDS = range(6)
+def _windows(model):
+    if isinstance(model, ref.Sliding):
+        return SlidingWindows.of_time_difference_and_grace(model.size, model.grace)
+    return TimeWindows.of_size_and_grace(model.size, model.grace).advance_by(model.advance)
+
+
+SEEDS = (*range(6), *SLIDING_SEEDS)
+KIP450 = [[("A", 10, "x"), ("A", 14, "x"), ("A", 18, "x"), ("A", 22, "x")], [("A", 100, "x")]]
+
+
+def kip450_run(spark, lake):
+    """The KIP-450 records of test_examples counted in 10 ms sliding windows, rate-limited to 4 ms."""
+    p = (Pipeline("kip450", timestamp="ts", arrival="seq").group_by("k")
+         .windowed_by(SlidingWindows.of_time_difference_and_grace(10, 0)).aggregate(agg.count("n"))
+         .suppress(Suppressed.until_time_limit(4, BufferConfig.unbounded()).with_name("per_4ms")).to("out"))
+    rt = Runtime(spark.newSession(), lake, quality=False)
+    last = run_stream(rt, p, KIP450, value_type=STRING)[-1]
+    rows = rt.read_output(p).selectExpr("unix_millis(window_start)", "unix_millis(window_end)", "n",
+                                        "emitted_batch_id", "unix_millis(emitted_stream_time)").collect()
+    return "kip450", (sorted(tuple(r) for r in rows), last.metrics)
 
 
 @pytest.fixture(scope="module")
 def random_runs(spark, tmp_path_factory):
+    """The property cases as one batch and split, and the KIP-450 example, run concurrently."""
     lake = tmp_path_factory.mktemp("rate-prop")
 
     def run(seed, split):
         recs, batches, limit, buffer, windows = _case(seed)
         p = Pipeline(f"prop{seed}", timestamp="ts", arrival="seq").group_by("k")
         if windows is not None:
-            p = p.windowed_by(TimeWindows.of_size_and_grace(windows.size, windows.grace).advance_by(windows.advance))
+            p = p.windowed_by(_windows(windows))
         p = (p.aggregate(agg.count("n") if windows else agg.latest("v", "v"))
              .suppress(Suppressed.until_time_limit(limit, buffer)).to("out"))
         rt = Runtime(spark.newSession(), f"{lake}/{split}", quality=False)
@@ -279,7 +304,8 @@ def random_runs(spark, tmp_path_factory):
             "k", start, "CAST(n AS string)" if windows else "v", "emitted_batch_id",
             "unix_millis(emitted_stream_time)").collect())
 
-    return dict(in_parallel([lambda s=s, x=x: run(s, x) for s in SEEDS for x in ("one", "split")], workers=6))
+    jobs = [lambda s=s, x=x: run(s, x) for s in SEEDS for x in ("one", "split")]
+    return dict(in_parallel(jobs + [lambda: kip450_run(spark, f"{lake}/kip450")], workers=6))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -292,6 +318,22 @@ def test_rate_limiting_matches_the_reference_model_for_any_batch_split(random_ru
         assert random_runs[(seed, split)] == want, (split, recs, batches, limit, buffer, windows)
     without_batch = {x: sorted(r[:3] + r[4:] for r in random_runs[(seed, x)]) for x in ("one", "split")}
     assert without_batch["one"] == without_batch["split"]
+
+
+def test_kip450_sliding_windows_rate_limited(random_runs):
+    rows, metrics = random_runs["kip450"]
+    assert rows == [
+        (0, 10, 1, "b0000", 14),     # left windows: buffer time = their record's time, out 4 ms later
+        (4, 14, 2, "b0000", 18),
+        (8, 18, 3, "b0000", 22),
+        # 14 creates 10's right window holding 14 only (buffer time 14); it leaves at 18, at that
+        # record's first update (its left window [8, 18]), before 18 updates it: it comes back with
+        # 2 records and buffer time 18, and leaves at 22. 14's right window does the same at 22.
+        (11, 21, 1, "b0000", 18), (11, 21, 2, "b0000", 22),
+        (12, 22, 3, "b0001", 100),
+        (15, 25, 1, "b0000", 22), (15, 25, 2, "b0001", 100),
+        (19, 29, 1, "b0001", 100)]   # 18's right window, created by 22
+    assert metrics["suppression_buffer_count_current"] == 1   # 100's left window [90, 100]
 
 
 def test_buffer_configs_combine_bounds_and_policies():
@@ -312,7 +354,8 @@ def test_buffer_configs_combine_bounds_and_policies():
 def test_rate_limiting_is_refused_where_it_cannot_hold():
     rate = Suppressed.until_time_limit(5, BufferConfig.unbounded())
     keyed = Pipeline("refused", timestamp="ts").group_by("k")
-    with pytest.raises(DefinitionError, match="supported on plain tables and TimeWindows"):
+    keyed.windowed_by(SlidingWindows.of_time_difference_and_grace(5, 0)).aggregate(agg.count()).suppress(rate)
+    with pytest.raises(DefinitionError, match="not supported on session windows.*merged sessions.*tombstones"):
         keyed.windowed_by(SessionWindows.of_inactivity_gap_and_grace(5, 0)).aggregate(agg.count()).suppress(rate)
     with pytest.raises(DefinitionError, match="needs lateness='record'"):
         Pipeline("refused", timestamp="ts", lateness="batch").group_by("k").aggregate(agg.count()).suppress(rate)
