@@ -51,7 +51,7 @@ def quality_gate(job: str, warehouse: str) -> None:
     pipeline = load_job(job).PIPELINE
     report = validate_results(spark_session(f"finalresults-{pipeline.name}-gate"), pipeline, warehouse)
     if report is None:
-        log.info("pipeline %r: no final result emitted yet: nothing to validate", pipeline.name)
+        log.info("pipeline %r: no result emitted yet: nothing to validate", pipeline.name)
         return
     log.info("%s%s", report.summary(), f"\nData Docs: {report.docs}" if report.docs else "")
     report.raise_for_failures()

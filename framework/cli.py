@@ -107,7 +107,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     pipeline = load_job(args.job).PIPELINE
     report = validate_results(_spark(args, f"{pipeline.name}-validate"), pipeline, args.warehouse)
     if report is None:
-        print(f"{pipeline.name}: no final result emitted yet: nothing to validate")
+        print(f"{pipeline.name}: no result emitted yet: nothing to validate")
         return 0
     print(report.summary() + (f"\nData Docs: {report.docs}" if report.docs else ""))
     report.raise_for_failures()

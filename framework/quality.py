@@ -146,16 +146,22 @@ def _columns_of(kwargs: dict) -> list[str]:
     return [c for c in named if c] + list(kwargs.get("column_list") or [])
 
 
+def _sink(p: Pipeline) -> str:
+    """The kind of results table, as the template's ``meta.applies_to`` names it."""
+    return "final_results" if p.suppressed_final else "rate_limited" if p.rate_limited else "updates"
+
+
 def _template(p: Pipeline) -> list[dict]:
-    """The default expectations, filled in for ``p`` and kept to the columns its table has."""
+    """The default expectations, filled in for ``p`` and kept to its kind of sink and the columns
+    its table has."""
     facts = {"$identity": _identity(p),
              "$counts": [a.name for a in p.aggregates if a.function == "count"],
              "$end_may_equal_start": isinstance(p.windows, (SlidingWindows, SessionWindows))}
-    have = _output_columns(p)
+    have, sink = _output_columns(p), _sink(p)
     out = []
     for e in json.loads(TEMPLATE.read_text())["expectations"]:
         meta = dict(e.get("meta") or {})
-        if meta.pop("applies_to", None) == "final_results" and not p.suppressed_final:
+        if sink not in meta.pop("applies_to", [sink]):
             continue
         columns = _fill(meta.pop("for_each", [None]), facts)
         for column in columns:
@@ -363,8 +369,9 @@ def gate(spark: SparkSession, pipeline: Pipeline, staged_rows: DataFrame, publis
     For a final-results table the validated rows are the staged rows plus the published rows that
     share a key and window with them, so a window emitted by an earlier batch and again now fails
     uniqueness. Since the gate kept the published table unique, this finds every duplicate the
-    append would create, while reading only the published rows it could collide with. Other tables
-    are updated by MERGE, where a repeated key is an update: only the staged rows are validated.
+    append would create, while reading only the published rows it could collide with. A
+    rate-limited log repeats keys by design, and other tables are updated by MERGE, where a
+    repeated key is an update: only the staged rows are validated.
 
     Raises ``QualityGateError`` listing each failed critical expectation with offending rows;
     failed warnings are only recorded. A batch with no rows has nothing to audit.

@@ -81,9 +81,10 @@ def _definition(p: Pipeline) -> str:
 class Runtime:
     """Runs pipelines' batches against Delta tables under ``warehouse``.
 
-    Final results are audited before they are published (write-audit-publish): a failing
-    critical expectation of the pipeline's suite (``expectations/``) stops the batch with a
-    ``QualityGateError`` and nothing is committed. ``quality=False`` skips the audit.
+    Final results and rate-limited updates are audited before they are published
+    (write-audit-publish): a failing critical expectation of the pipeline's suite
+    (``expectations/``) stops the batch with a ``QualityGateError`` and nothing is committed.
+    ``quality=False`` skips the audit.
     ``bucket`` is the width of the close-time buckets that partition window state.
     ``max_clock_skew`` refuses a batch holding event times later than the clock (the batch's
     ``batch_end``, else now) plus this skew; ``None`` accepts any time.
@@ -231,8 +232,8 @@ class Runtime:
         n_rows, open_now = rows_out.count(), outcome.open_windows.count()
         buffered = outcome.limited.stats() if outcome.limited is not None else None
         self._check_buffer(p, batch_id, open_now, buffered)
-        if n_rows and self.quality and p.suppressed_final:
-            from . import quality  # GX loads only in processes that have final rows to audit
+        if n_rows and self.quality and p.suppression is not None:
+            from . import quality  # GX loads only in processes that have final or rate-limited rows to audit
             published = self._as_of(t.output, last.output_version if last else None)
             quality.gate(self.spark, p, rows_out.drop("_gone"), published, batch_id, self.warehouse,
                          expectations_dir=self.expectations)

@@ -3,6 +3,7 @@ import datetime as dt
 import json
 import os
 from datetime import timedelta as td
+from pathlib import Path
 
 import pytest
 from harness import frame
@@ -11,6 +12,7 @@ from pyspark.sql import functions as F
 from framework import (BufferConfig, Pipeline, QualityGateError, Runtime, SessionWindows, Suppressed,
                        TimeWindows, agg)
 from framework import quality
+from framework.batchjob import load_job
 
 T = dt.datetime
 FINAL = ("user_id string, window_start timestamp, window_end timestamp, events long, "
@@ -62,6 +64,18 @@ def test_suite_is_the_template_for_the_window_type_plus_the_pipeline_file(suites
     pairs = {(e.column_A, e.column_B): e.or_equal for e in quality.load_suite(sessions, suites).expectations
              if e.expectation_type == "expect_column_pair_values_a_to_be_greater_than_b"}
     assert pairs == {("window_end", "window_start"): True}
+
+
+def test_a_rate_limited_log_repeats_windows_so_it_gets_no_uniqueness_or_close_check():
+    job = Path(__file__).resolve().parents[1] / "jobs" / "sliding_metric.py"
+    suite = quality.load_suite(load_job(str(job)).PIPELINE)   # a rate-limited sliding-window sink
+    kinds = {(e.expectation_type, e.meta["source"]) for e in suite.expectations}
+    assert ("expect_compound_columns_to_be_unique", "template") not in kinds
+    assert ("expect_column_values_to_not_be_null", "template") in kinds
+    assert ("expect_column_values_to_be_between", "sliding_metric.json") in kinds
+    pairs = {(e.column_A, e.column_B) for e in suite.expectations
+             if e.expectation_type == "expect_column_pair_values_a_to_be_greater_than_b"}
+    assert pairs == {("window_end", "window_start")}
 
 
 def test_template_checks_bounds_nulls_counts_and_emission_after_close(spark):
