@@ -267,24 +267,30 @@ def _windows(model):
 
 
 SEEDS = (*range(6), *SLIDING_SEEDS)
-KIP450 = [[("A", 10, "x"), ("A", 14, "x"), ("A", 18, "x"), ("A", 22, "x")], [("A", 100, "x")]]
+EXAMPLES = {  # name: windows, limit (ms), batches; counted per window
+    "kip450": (SlidingWindows.of_time_difference_and_grace(10, 0), 4,   # the records of test_examples
+               [[("A", 10, "x"), ("A", 14, "x"), ("A", 18, "x"), ("A", 22, "x")], [("A", 100, "x")]]),
+    "hopping": (TimeWindows.of_size_and_grace(10, 0).advance_by(5), 3,
+                [[("A", 6, "x"), ("A", 9, "x")], [("A", 20, "x")]]),
+}
 
 
-def kip450_run(spark, lake):
-    """The KIP-450 records of test_examples counted in 10 ms sliding windows, rate-limited to 4 ms."""
-    p = (Pipeline("kip450", timestamp="ts", arrival="seq").group_by("k")
-         .windowed_by(SlidingWindows.of_time_difference_and_grace(10, 0)).aggregate(agg.count("n"))
-         .suppress(Suppressed.until_time_limit(4, BufferConfig.unbounded()).with_name("per_4ms")).to("out"))
-    rt = Runtime(spark.newSession(), lake, quality=False)
-    last = run_stream(rt, p, KIP450, value_type=STRING)[-1]
+def example_run(spark, lake, name):
+    """A hand-written example: its emissions as (start, end, n, batch, stream time), and the
+    last batch's metrics."""
+    windows, limit, batches = EXAMPLES[name]
+    p = (Pipeline(name, timestamp="ts", arrival="seq").group_by("k").windowed_by(windows).aggregate(agg.count("n"))
+         .suppress(Suppressed.until_time_limit(limit, BufferConfig.unbounded()).with_name("rate")).to("out"))
+    rt = Runtime(spark.newSession(), f"{lake}/{name}", quality=False)
+    last = run_stream(rt, p, batches, value_type=STRING)[-1]
     rows = rt.read_output(p).selectExpr("unix_millis(window_start)", "unix_millis(window_end)", "n",
                                         "emitted_batch_id", "unix_millis(emitted_stream_time)").collect()
-    return "kip450", (sorted(tuple(r) for r in rows), last.metrics)
+    return name, (sorted(tuple(r) for r in rows), last.metrics)
 
 
 @pytest.fixture(scope="module")
 def random_runs(spark, tmp_path_factory):
-    """The property cases as one batch and split, and the KIP-450 example, run concurrently."""
+    """The property cases as one batch and split, and the hand-written examples, run concurrently."""
     lake = tmp_path_factory.mktemp("rate-prop")
 
     def run(seed, split):
@@ -305,7 +311,8 @@ def random_runs(spark, tmp_path_factory):
             "unix_millis(emitted_stream_time)").collect())
 
     jobs = [lambda s=s, x=x: run(s, x) for s in SEEDS for x in ("one", "split")]
-    return dict(in_parallel(jobs + [lambda: kip450_run(spark, f"{lake}/kip450")], workers=6))
+    examples = [lambda n=n: example_run(spark, lake, n) for n in EXAMPLES]
+    return dict(in_parallel(jobs + examples, workers=6))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -334,6 +341,13 @@ def test_kip450_sliding_windows_rate_limited(random_runs):
         (15, 25, 1, "b0000", 22), (15, 25, 2, "b0001", 100),
         (19, 29, 1, "b0001", 100)]   # 18's right window, created by 22
     assert metrics["suppression_buffer_count_current"] == 1   # 100's left window [90, 100]
+
+
+def test_a_record_updating_hopping_windows_expires_entries_at_its_first_update(random_runs):
+    rows, _ = random_runs["hopping"]
+    # 9 updates [0, 10) first: stream time 9 expires both entries (time 6), so [5, 15) leaves
+    # with 6 alone and comes back with 6 and 9 (buffer time 9), as one record at a time would.
+    assert rows == [(0, 10, 2, "b0000", 9), (5, 15, 1, "b0000", 9), (5, 15, 2, "b0001", 20)]
 
 
 def test_buffer_configs_combine_bounds_and_policies():
