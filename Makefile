@@ -1,7 +1,9 @@
 # Two entry points for a newcomer: `make demo` and `make test` (both install first).
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-PYTEST_ARGS ?= -q --durations=15
+# Two workers, a test file each at a time: the Airflow, cluster and kill tests mostly wait on
+# their subprocesses, so the other worker's Spark tests fill the second core.
+PYTEST_ARGS ?= -q --durations=25 -n 2 --dist loadfile
 
 .PHONY: install test demo bench bench-quick clean
 

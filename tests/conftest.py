@@ -12,10 +12,23 @@ def spark():
     # Test batches hold a handful of rows: compiling whole-stage code costs more than it saves,
     # and adaptive execution runs each shuffle stage as a job of its own (about 90 jobs instead
     # of 37 for a rate-limited batch).
+    # One JVM serves the whole suite (about an hour of Delta tables): Spark's 1 GiB default heap
+    # ran out near the end of CI and stopped the SparkContext under the last tests.
     session = spark_session("tests", master="local[2]", conf={"spark.sql.codegen.wholeStage": "false",
-                                                              "spark.sql.adaptive.enabled": "false"})
+                                                              "spark.sql.adaptive.enabled": "false",
+                                                              "spark.driver.memory": "4g"})
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _forget_delta_logs():
+    """Each module's tables live in its own tmp dirs: drop their cached Delta logs afterwards."""
+    yield
+    from pyspark.sql import SparkSession
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
 
 @pytest.fixture
