@@ -9,13 +9,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 @pytest.fixture(scope="session")
 def spark():
     from framework import spark_session
-    # Test batches hold a handful of rows: compiling whole-stage code costs more than it saves,
-    # and adaptive execution runs each shuffle stage as a job of its own (about 90 jobs instead
-    # of 37 for a rate-limited batch).
-    # One JVM serves the whole suite (about an hour of Delta tables): Spark's 1 GiB default heap
-    # ran out near the end of CI and stopped the SparkContext under the last tests.
+    # Test batches hold a handful of rows: compiling whole-stage code costs more than it saves.
+    # One JVM serves a worker's share of the suite (half an hour of Delta tables): Spark's 1 GiB
+    # default heap ran out near the end of CI and stopped the SparkContext under the last tests.
     session = spark_session("tests", master="local[2]", conf={"spark.sql.codegen.wholeStage": "false",
-                                                              "spark.sql.adaptive.enabled": "false",
                                                               "spark.driver.memory": "4g"})
     yield session
     session.stop()
