@@ -32,6 +32,7 @@ from great_expectations.expectations.expectation_configuration import Expectatio
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from . import state
 from .errors import DefinitionError, QualityGateError
 from .topology import Pipeline
 from .windows import SessionWindows, SlidingWindows
@@ -306,8 +307,9 @@ def _persist(spark: SparkSession, pipeline: Pipeline, report: Report, root: str)
     """Append one row per expectation to ``<root>/quality_results`` (a plain Delta append)."""
     rows = [(report.suite, pipeline.name, report.batch_id, c.expectation, c.severity, c.success, c.observed,
              json.dumps(list(c.examples), default=str), report.validated_at) for c in report.checks]
-    (spark.createDataFrame(rows, RESULTS_SCHEMA).write.format("delta").mode("append")
-     .save(os.path.join(root, "quality_results")))
+    path = os.path.join(root, "quality_results")
+    with state.committing(path):   # every pipeline of the warehouse appends here
+        spark.createDataFrame(rows, RESULTS_SCHEMA).write.format("delta").mode("append").save(path)
 
 
 def _run(spark: SparkSession, p: Pipeline, df: DataFrame, batch_id: str | None,

@@ -261,9 +261,10 @@ def _claim(spark: SparkSession, where: str, ledger: str, known: set[str], seq: i
     row.update({c: None for c in row if c.endswith(VERSION)})
     schema = state.read(spark, ledger).schema
     frame = spark.createDataFrame([tuple(row[f] for f in schema.fieldNames())], schema)
-    state.tagged(spark, attempt, lambda: frame.write.format("delta").mode("append").save(ledger))
+    state.tagged(spark, ledger, attempt, lambda: frame.write.format("delta").mode("append").save(ledger))
     if _newcomers(spark, ledger, known):
-        DeltaTable.forPath(spark, ledger).delete(F.col("attempt") == attempt)
+        state.tagged(spark, ledger, attempt,
+                     lambda: DeltaTable.forPath(spark, ledger).delete(F.col("attempt") == attempt))
         raise ConcurrentBatchError(f"{where}: another batch or replay started at the same time; this replay "
                                    "stopped before writing. Run it again once that one has finished.")
 
@@ -279,9 +280,9 @@ def _restore(spark: SparkSession, path: str, version: int | None, tag: str) -> i
         return None
     table = DeltaTable.forPath(spark, path)
     if version is None:
-        state.tagged(spark, tag, lambda: table.delete())
+        state.tagged(spark, path, tag, lambda: table.delete())
         return None
-    state.tagged(spark, tag, lambda: table.restoreToVersion(version))
+    state.tagged(spark, path, tag, lambda: table.restoreToVersion(version))
     return state.latest_version(spark, path)
 
 
@@ -312,7 +313,7 @@ def _replace(spark: SparkSession, source: str, target: str, where: str, tag: str
         rows = spark.createDataFrame([], state.read(spark, target).schema)
     state.create(spark, target, rows.schema)
     writer = rows.write.format("delta").mode("overwrite").option("replaceWhere", where)
-    state.tagged(spark, tag, lambda: writer.save(target))
+    state.tagged(spark, target, tag, lambda: writer.save(target))
 
 
 def _publish(spark: SparkSession, p: Pipeline, t: state.Tables, staged: _Staged, first, tag: str) -> int:
@@ -340,7 +341,7 @@ def _commit(spark: SparkSession, t: state.Tables, staged: _Staged, first, last, 
     if staged.stage_output:
         new = new.withColumn(f"output{VERSION}", F.lit(state.latest_version(spark, t.output)).cast("long"))
     rows = old.withColumn("status", status).unionByName(new, allowMissingColumns=True).localCheckpoint()
-    state.tagged(spark, f"{p.name}.replay@{attempt}", lambda: rows.write.format("delta").mode("overwrite")
+    state.tagged(spark, t.ledger, f"{p.name}.replay@{attempt}", lambda: rows.write.format("delta").mode("overwrite")
                  .option("replaceWhere", f"seq >= {int(first.seq)}").option("mergeSchema", "true").save(t.ledger))
 
 
@@ -349,7 +350,8 @@ def _undo(spark: SparkSession, touched: dict[str, int | None], ledger: str, atte
     for path, version in touched.items():
         if state.exists(spark, path) and state.latest_version(spark, path) != version:
             _restore(spark, path, version, tag)
-    DeltaTable.forPath(spark, ledger).delete((F.col("attempt") == attempt) & (F.col("status") == "started"))
+    state.tagged(spark, ledger, tag, lambda: DeltaTable.forPath(spark, ledger).delete(
+        (F.col("attempt") == attempt) & (F.col("status") == "started")))
 
 
 def _remove(spark: SparkSession, path: str) -> None:

@@ -19,15 +19,23 @@ plans the same writes; a resumed batch skips a table whose last commit already c
 Only the ledger's *started* row uses Delta's ``txnAppId``/``txnVersion``: it is a batch's claim
 and must hold against a concurrent runner (that check costs a log replay, so the other writes
 rely on the claim and the tag).
+
+Delta's optimistic commits need a store whose "create the next log file if absent" is atomic.
+Object stores and HDFS have one (with the right LogStore); a local disk does not across
+processes (a rename overwrites, and Delta's local LogStore locks within one JVM only), so on a
+local warehouse every commit holds an OS file lock beside its table (``committing``).
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Callable
+from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -35,6 +43,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 CREATE_WAIT_S = 30.0  # how long a runner waits for another runner's creation of a table to land
+LOCK_WAIT_S = 600.0   # how long a commit waits for another process's commit to the same table
 
 LEDGER_SCHEMA = (
     "seq long, batch_id string, status string, attempt string, fingerprint string, records_in long, "
@@ -104,6 +113,59 @@ def committed_by(spark: SparkSession, path: str, tag: str, recent: int = 5) -> b
                 .limit(1).collect())
 
 
+class _FileLock:
+    """An exclusive lock on one file, across processes (``flock``) and threads, re-entrant
+    within a thread."""
+
+    def __init__(self, path: str):
+        self.path, self.guard, self.depth, self.fd = path, threading.RLock(), 0, -1
+
+    def __enter__(self) -> None:
+        self.guard.acquire()
+        try:
+            if self.depth == 0:
+                self.fd = self._flock()
+        except BaseException:
+            self.guard.release()
+            raise
+        self.depth += 1
+
+    def _flock(self) -> int:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        fd, deadline = os.open(self.path, os.O_CREAT | os.O_RDWR), time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    raise TimeoutError(f"another process has held the commit lock {self.path} for over "
+                                       f"{LOCK_WAIT_S:.0f} s") from None
+                time.sleep(0.02)
+
+    def __exit__(self, *exc) -> None:
+        self.depth -= 1
+        if self.depth == 0:
+            os.close(self.fd)   # closing the only descriptor releases the flock
+        self.guard.release()
+
+
+_locks: dict[str, _FileLock] = {}
+_locks_guard = threading.Lock()
+
+
+def committing(path: str):
+    """A lock to hold while committing to the Delta table at ``path``: ``<table>.lock`` beside
+    it on a local disk; nothing elsewhere, where the store's put-if-absent is atomic."""
+    parsed = urlparse(path)
+    if parsed.scheme not in ("", "file"):
+        return nullcontext()
+    lock_file = os.path.abspath(parsed.path if parsed.scheme else path).rstrip("/") + ".lock"
+    with _locks_guard:
+        return _locks.setdefault(lock_file, _FileLock(lock_file))
+
+
 def _nullable(schema: StructType) -> StructType:
     """The same schema with every field nullable (Delta refuses nested NOT NULL constraints)."""
     text = schema.json()
@@ -124,7 +186,8 @@ def create(spark: SparkSession, path: str, schema: StructType | str, partition_b
     if partition_by:
         builder = builder.partitionedBy(partition_by)
     try:
-        builder.execute()
+        with committing(path):
+            builder.execute()
     except Exception as failure:
         deadline = time.monotonic() + CREATE_WAIT_S
         while not _loads(spark, path):
@@ -166,8 +229,9 @@ def _done(spark: SparkSession, path: str, wid: WriteId) -> bool:
 def once(spark: SparkSession, path: str, wid: WriteId, write: Callable[[], None]) -> None:
     """Run ``write`` (any Delta write or DML on ``path``) tagged with ``wid``, unless a
     resumed batch finds it already made."""
-    if not _done(spark, path, wid):
-        tagged(spark, wid.tag, write)
+    with committing(path):
+        if not _done(spark, path, wid):
+            tagged(spark, path, wid.tag, write)
 
 
 @contextmanager
@@ -180,9 +244,10 @@ def _session_conf(spark: SparkSession, key: str, value: str):
         spark.conf.unset(key)
 
 
-def tagged(spark: SparkSession, tag: str, write: Callable[[], None]) -> None:
-    """Run ``write`` with its commit's userMetadata set to ``tag``."""
-    with _session_conf(spark, "spark.databricks.delta.commitInfo.userMetadata", tag):
+def tagged(spark: SparkSession, path: str, tag: str, write: Callable[[], None]) -> None:
+    """Run ``write`` (a commit to the table at ``path``) with its commit's userMetadata set to
+    ``tag``, holding the table's commit lock."""
+    with committing(path), _session_conf(spark, "spark.databricks.delta.commitInfo.userMetadata", tag):
         write()
 
 
@@ -198,7 +263,7 @@ def append_exclusive(df: DataFrame, path: str, wid: WriteId, tag: str) -> None:
     """Append ``df`` once even against a concurrent writer: Delta skips a repeated
     ``txnAppId``/``txnVersion`` and fails the second of two racing commits. The commit, if
     this call made it, carries ``tag`` (see ``committed_by``)."""
-    tagged(df.sparkSession, tag, lambda: df.write.format("delta").mode("append")
+    tagged(df.sparkSession, path, tag, lambda: df.write.format("delta").mode("append")
            .option("txnAppId", wid.app_id).option("txnVersion", wid.version).save(path))
 
 

@@ -98,3 +98,45 @@ def test_two_processes_commit_one_batch_once_and_leave_other_pipelines_alone(spa
         assert results(shared, pipeline(name)) == expected(ref.run(ref.Tumbling(10, 2), [batch]), ["b0"]), name
     for name in (RACED[0], *(n for n, _ in OWN.values())):   # the loser of the race wrote nothing
         assert sorted(r.status for r in shared.ledger(pipeline(name)).collect()) == ["committed", "started"], name
+
+
+def test_a_commit_lock_excludes_other_processes_and_is_reentrant_in_its_thread(tmp_path):
+    """On a local disk Delta's put-if-absent of the next log file is not atomic across processes,
+    so every commit holds ``<table>.lock`` (state.committing); on other stores there is no lock."""
+    import fcntl
+    import threading
+    from contextlib import nullcontext
+
+    from framework import state
+
+    table = str(tmp_path / "lake" / "t")
+    held = subprocess.Popen([sys.executable, "-c", f"""
+import sys, time
+sys.path.insert(0, {str(TESTS.parent)!r})
+from framework import state
+with state.committing({table!r}), state.committing({table!r}):   # re-entrant
+    print("held", flush=True)
+    sys.stdin.readline()
+"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert held.stdout.readline() == "held\n"
+        with open(table + ".lock") as f:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.stdin.write("\n")
+        held.stdin.flush()
+        assert held.wait(timeout=30) == 0
+        def commit_in_another_thread():
+            with state.committing(table):
+                pass
+
+        with state.committing("file://" + table):   # released with the process's descriptor
+            other = threading.Thread(target=commit_in_another_thread)
+            other.start()
+            other.join(timeout=0.5)
+            assert other.is_alive()   # another thread waits too
+        other.join(timeout=5)
+        assert not other.is_alive()
+    finally:
+        held.kill()
+    assert isinstance(state.committing("s3a://bucket/t"), nullcontext)
