@@ -23,7 +23,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from . import eviction
-from .engine import Batch, Outcome, assign, finished, partial_names, partials, recent_records
+from .engine import Batch, Outcome, assign, finished, merges, partial_names, partials, recent_records
 from .names import quoted
 from .suppress import EagerBufferConfig
 from .topology import Pipeline
@@ -52,12 +52,16 @@ class Limited:
 
     def stats(self) -> dict:
         """Buffer count and bytes after the batch and their largest value after any record."""
-        per_pos = self.changes.groupBy("_pos").agg(F.sum("_dc").alias("dc"), F.sum("_db").alias("db"))
-        upto = Window.orderBy("_pos").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-        running = per_pos.select("_pos", F.sum("dc").over(upto).alias("n"), F.sum("db").over(upto).alias("b"))
-        row = running.agg(F.max("n").alias("count_max"), F.max("b").alias("size_max"),
-                          F.max_by("n", "_pos").alias("count"), F.max_by("b", "_pos").alias("size")).collect()[0]
-        return {k: int(row[k] or 0) for k in ("count", "count_max", "size", "size_max")}
+        return _stats(self.changes)
+
+
+def _stats(changes: DataFrame) -> dict:
+    per_pos = changes.groupBy("_pos").agg(F.sum("_dc").alias("dc"), F.sum("_db").alias("db"))
+    upto = Window.orderBy("_pos").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    running = per_pos.select("_pos", F.sum("dc").over(upto).alias("n"), F.sum("db").over(upto).alias("b"))
+    row = running.agg(F.max("n").alias("count_max"), F.max("b").alias("size_max"),
+                      F.max_by("n", "_pos").alias("count"), F.max_by("b", "_pos").alias("size")).collect()[0]
+    return {k: int(row[k] or 0) for k in ("count", "count_max", "size", "size_max")}
 
 
 def limit(b: Batch, outcome: Outcome) -> Outcome:
@@ -69,12 +73,58 @@ def limit(b: Batch, outcome: Outcome) -> Outcome:
     ups = _updates(b).localCheckpoint(eager=True)  # read three times: by the fold and for two values
     stored = b.buffer.select(*ups.drop("_pos", "_sb", "_sa").columns) if b.buffer is not None \
         else ups.drop("_pos", "_sb", "_sa").limit(0)
+    buf = s.buffer
+    eager = isinstance(buf, EagerBufferConfig) and (buf.record_limit is not None or buf.byte_limit is not None)
+    changes = _buffered(b, ups, stored, s.time_limit_ms, eager)
+    emits = _placed(b, changes.filter("_what = 'emit'"))
+    emitted = _with_values(emits, ups, stored, ident, values).select(
+        *carried, *values, F.lit(False).alias("_gone"), F.col("_st").alias("_est"))
+    kept = _with_values(changes.filter("_what = 'keep'"), ups, stored, ident, values).select(
+        *carried, "_bt", "_size", "_key", *values)
+    outcome.results = emitted
+    outcome.limited = Limited(emitted, kept, _sized(emits, changes, stored))
+    return outcome
+
+
+def held_until_close(b: Batch) -> dict:
+    """The buffer of ``until_window_closes`` on time windows, count and bytes after every record
+    (``Limited.stats``), for strict bounds: Kafka's buffer holds every open window (each update
+    is put, a window leaves once stream time reaches its close), so this is the fold of a
+    rate-limiting buffer with the window's close time as buffer time and no time limit."""
+    p = b.pipeline
+    carried = _carried(p)
+    close = F.col("window_end") + p.windows.grace_ms
+    ups = _updates(b, buffer_time=close)
+    base = ups.drop("_pos", "_sb", "_sa")
+    if b.state is None:
+        stored = base.limit(0)
+    else:
+        merged = b.state.groupBy(*carried).agg(*merges(p))
+        stored = merged.select(*carried, close.alias("_bt"), *finished(p))
+        stored = stored.select(*carried, "_bt", _size(p), _key(p), *[a.name for a in p.aggregates])
+    changes = _buffered(b, ups, stored, 0, eager=False)
+    return _stats(_sized(_placed(b, changes.filter("_what = 'emit'")), changes, stored))
+
+
+def _sized(emits: DataFrame, changes: DataFrame, stored: DataFrame) -> DataFrame:
+    """Entries and bytes added (or removed) per position: stored entries before the batch
+    (position -1), puts and emissions."""
+    return (emits.select("_pos", "_dc", "_db")
+            .unionByName(changes.filter("_what = 'put'").select("_pos", "_dc", "_db"))
+            .unionByName(stored.select(F.lit(-1).cast("long").alias("_pos"), F.lit(1).cast("long").alias("_dc"),
+                                       F.col("_size").alias("_db"))))
+
+
+def _buffered(b: Batch, ups: DataFrame, stored: DataFrame, limit_ms: int, eager: bool) -> DataFrame:
+    """What the buffer does with the stored entries and the batch's updates: the fold's
+    changes (``CHANGES``), checkpointed."""
+    p = b.pipeline
+    buf = p.suppression.buffer
+    ident, carried = identity(p), _carried(p)
     base = [*carried, "_bt", "_size", "_key"]
     members = (stored.select(*base, F.lit(0).alias("_kind"), *[F.lit(None).cast("long").alias(c)
                                                                for c in ("_pos", "_sb", "_sa")])
                .unionByName(ups.select(*base, F.lit(1).alias("_kind"), "_pos", "_sb", "_sa")))
-    buf = s.buffer
-    eager = isinstance(buf, EagerBufferConfig) and (buf.record_limit is not None or buf.byte_limit is not None)
     if eager:  # the oldest entry of any key leaves when full: one fold over the batch in arrival order
         ticks = b.records.select(*[F.lit(None).cast(members.schema[c].dataType).alias(c) for c in base],
                                  F.lit(2).alias("_kind"), F.col("_ord.pos").alias("_pos"),
@@ -85,37 +135,34 @@ def limit(b: Batch, outcome: Outcome) -> Outcome:
         grouped = members.withColumn("_g", F.pmod(F.xxhash64(*ident), F.lit(buckets))).groupBy("_g")
     key_schema = ", ".join(f"{quoted(f.name)} {f.dataType.simpleString()}" for f in members.schema.fields
                            if f.name in carried)
-    fold = _fold(carried, s.time_limit_ms, buf.record_limit if eager else None,
+    fold = _fold(carried, limit_ms, buf.record_limit if eager else None,
                  buf.byte_limit if eager else None, eager, b.stream_time)
-    changes = grouped.applyInPandas(fold, f"{key_schema}, {CHANGES}").localCheckpoint(eager=True)
-
-    emits = _placed(b, changes.filter("_what = 'emit'"))
-    emitted = _with_values(emits, ups, stored, ident, values).select(
-        *carried, *values, F.lit(False).alias("_gone"), F.col("_st").alias("_est"))
-    kept = _with_values(changes.filter("_what = 'keep'"), ups, stored, ident, values).select(*base, *values)
-    sized = (emits.select("_pos", "_dc", "_db")
-             .unionByName(changes.filter("_what = 'put'").select("_pos", "_dc", "_db"))
-             .unionByName(stored.select(F.lit(-1).cast("long").alias("_pos"), F.lit(1).cast("long").alias("_dc"),
-                                        F.col("_size").alias("_db"))))
-    outcome.results = emitted
-    outcome.limited = Limited(emitted, kept, sized)
-    return outcome
+    return grouped.applyInPandas(fold, f"{key_schema}, {CHANGES}").localCheckpoint(eager=True)
 
 
-def _updates(b: Batch) -> DataFrame:
-    """One row per update: the entry it names, position, stream time before/after, update time,
-    value and its size (UTF-8 bytes of the value's string form)."""
+def _size(p: Pipeline) -> Column:
+    """An entry's size: UTF-8 bytes of its value's string form (SPEC 3.6)."""
+    text = F.col(p.aggregates[0].name).cast("string") if len(p.aggregates) == 1 \
+        else F.to_json(F.struct(*[a.name for a in p.aggregates]))
+    return F.coalesce(F.octet_length(text), F.lit(0)).cast("long").alias("_size")
+
+
+def _key(p: Pipeline) -> Column:
+    """The key's string form, which orders entries of equal buffer time."""
+    return F.concat_ws("\u0000", *[F.col(k).cast("string") for k in p.keys]).alias("_key")
+
+
+def _updates(b: Batch, buffer_time: Column | None = None) -> DataFrame:
+    """One row per update: the entry it names, position, stream time before/after, update time
+    (or ``buffer_time``), value and its size."""
     p = b.pipeline
     ident, carried = identity(p), _carried(p)
     rows = _sliding_rows(b, p.windows) if isinstance(p.windows, SlidingWindows) else _time_rows(b)
     spec = (f"PARTITION BY {', '.join(quoted(c) for c in ident)} ORDER BY _ord ASC NULLS FIRST "
             "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW")
     bt = F.expr(f"max(_ts) OVER ({spec})") if p.windows is not None else F.col("_ts")
-    running = rows.select(*carried, "_ord", "_sb", "_sa", "_touch", bt.alias("_bt"),
+    running = rows.select(*carried, "_ord", "_sb", "_sa", "_touch", (bt if buffer_time is None else buffer_time).alias("_bt"),
                           *[F.expr(x.over(spec)).alias(x.column) for a in p.aggregates for x in a.partials])
-    text = F.col(p.aggregates[0].name).cast("string") if len(p.aggregates) == 1 \
-        else F.to_json(F.struct(*[a.name for a in p.aggregates]))
-    key = F.concat_ws("\u0000", *[F.col(k).cast("string") for k in p.keys])
     ups = running.filter("_touch")
     if p.windows is not None:  # a record's updates go by window start; its first one advances stream
         # time (and expires entries), so the later ones find the stream time after the record
@@ -123,8 +170,7 @@ def _updates(b: Batch) -> DataFrame:
         ups = ups.withColumn("_sb", F.when(first, F.col("_sb")).otherwise(F.col("_sa")))
     return (ups.select(*carried, "_ord", "_sb", "_sa", "_bt", *finished(p))
             .select(*carried, F.col("_ord.pos").alias("_pos"), "_sb", "_sa", "_bt",
-                    F.coalesce(F.octet_length(text), F.lit(0)).cast("long").alias("_size"), key.alias("_key"),
-                    *[a.name for a in p.aggregates]))
+                    _size(p), _key(p), *[a.name for a in p.aggregates]))
 
 
 def _time_rows(b: Batch) -> DataFrame:
@@ -230,10 +276,12 @@ def _placed(b: Batch, emits: DataFrame) -> DataFrame:
         steps = steps.unionByName(b.records.sparkSession.createDataFrame(
             [(b.stream_time, eviction.END)], "_v long, _at long"))
     asks = unknown.select(F.col("_thr").alias("_v")).distinct().withColumn("_at", F.lit(None).cast("long"))
-    # Descending, steps before asks at equal value: the last step seen is the smallest one >= the
-    # ask (a running frame: an unbounded-following one would cost a pass per row).
-    seen = Window.orderBy(F.desc("_v"), F.col("_at").isNull()).rowsBetween(Window.unboundedPreceding,
-                                                                            Window.currentRow)
+    # Descending, steps before asks at equal value, and of equal steps the earliest last (the
+    # batch's end has the stream time of its last record, unless idle advancement moved it):
+    # the last step seen is the smallest one >= the ask (a running frame: an unbounded-following
+    # one would cost a pass per row).
+    seen = Window.orderBy(F.desc("_v"), F.col("_at").isNull(), F.desc("_at")).rowsBetween(
+        Window.unboundedPreceding, Window.currentRow)
     last: Column = F.last(F.when(F.col("_at").isNotNull(), F.struct("_v", "_at")), ignorenulls=True).over(seen)
     answers = (asks.unionByName(steps).select("_v", F.col("_at").isNull().alias("_ask"), last.alias("_step"))
                .filter("_ask").select(F.col("_v").alias("_thr"), F.col("_step._at").alias("_at"),

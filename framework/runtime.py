@@ -34,7 +34,7 @@ from .errors import (BatchFailedError, BatchOrderError, BufferFullError, Concurr
 from .sources import read_batch
 from .streamtime import arrival_order, to_datetime, to_epoch_millis, with_stream_time
 from .topology import Pipeline
-from .windows import SlidingWindows
+from .windows import SlidingWindows, TimeWindows
 
 log = logging.getLogger("framework.runtime")
 
@@ -231,7 +231,7 @@ class Runtime:
         counts = outcome.counted.agg(*[v.alias(k) for k, v in outcome.counters.items()]).collect()[0].asDict()
         n_rows, open_now = rows_out.count(), outcome.open_windows.count()
         buffered = outcome.limited.stats() if outcome.limited is not None else None
-        self._check_buffer(p, batch_id, open_now, buffered)
+        self._check_buffer(p, batch_id, batch, open_now, buffered)
         if n_rows and self.quality and p.suppression is not None:
             from . import quality  # GX loads only in processes that have final or rate-limited rows to audit
             published = self._as_of(t.output, last.output_version if last else None)
@@ -360,17 +360,22 @@ class Runtime:
     def _buffer_path(self, p: Pipeline) -> str | None:
         return self.tables(p).buffer(p.suppression.name or "suppress") if p.rate_limited else None
 
-    def _check_buffer(self, p: Pipeline, batch_id: str, held: int, buffered: dict | None) -> None:
+    def _check_buffer(self, p: Pipeline, batch_id: str, batch: engine.Batch, held: int,
+                      buffered: dict | None) -> None:
         """Strict bounded buffers (``shut_down_when_full``) stop the batch before anything is
-        written when the buffer would exceed a bound: final results hold the open windows; a
-        rate-limiting buffer is checked after every record (its largest size in the batch)."""
+        written when the buffer would exceed a bound after any record (its largest size in the
+        batch): a rate-limiting buffer holds updated keys, a final-results one the open windows
+        (after the batch only for sliding and session windows, whose buffer is not modelled)."""
         buf = p.suppression.buffer if p.suppression is not None else None
         if buf is None or getattr(buf, "when_full", None) != "shut_down":
             return
+        what = "entries" if p.rate_limited else "windows"
+        if buffered is None and isinstance(p.windows, TimeWindows) and p.lateness == "record":
+            buffered = ratelimit.held_until_close(batch)
         if buffered is not None:
-            count, size, what = buffered["count_max"], buffered["size_max"], "entries"
+            count, size = buffered["count_max"], buffered["size_max"]
         else:
-            count, size, what = held, None, "windows"
+            count, size = held, None
         over = []
         if buf.record_limit is not None and count > buf.record_limit:
             over.append(f"max_records={buf.record_limit}")

@@ -115,10 +115,6 @@ class Suppressed:
                 f"got {buffer.describe()}. Use BufferConfig.unbounded(), "
                 "BufferConfig.max_records(n).shut_down_when_full(), "
                 "BufferConfig.max_bytes(n).shut_down_when_full() or spill_to_disk_when_full().")
-        if buffer.byte_limit is not None:
-            raise DefinitionError(
-                "Suppressed.until_window_closes: a max_bytes bound is not supported by this version; "
-                "use BufferConfig.unbounded() or max_records(n).shut_down_when_full().")
         return Suppressed("until_window_closes", buffer)
 
     @staticmethod

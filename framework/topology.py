@@ -123,6 +123,12 @@ class Pipeline:
         if suppressed.mode == "until_window_closes" and self.windows is None:
             raise DefinitionError(f"pipeline {self.name!r}: until_window_closes needs a windowed "
                                   "aggregation (add .windowed_by(...)); use until_time_limit to rate-limit a plain table")
+        if (suppressed.mode == "until_window_closes" and suppressed.buffer.byte_limit is not None
+                and (not isinstance(self.windows, TimeWindows) or self.lateness != "record")):
+            raise DefinitionError(f"pipeline {self.name!r}: a max_bytes bound on until_window_closes is checked "
+                                  "after every record, which is built for TimeWindows with lateness='record' only; "
+                                  "use max_records(n).shut_down_when_full() (checked on the windows held after "
+                                  "the batch) or BufferConfig.unbounded()")
         if suppressed.mode == "until_time_limit" and isinstance(self.windows, SessionWindows):
             raise DefinitionError(f"pipeline {self.name!r}: until_time_limit is not supported on session windows "
                                   "(a merge would have to retract the merged sessions' buffered or emitted updates "

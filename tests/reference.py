@@ -172,3 +172,22 @@ def rate_limited(batches, limit, max_records=None, max_bytes=None, eager=True, w
                     leave(i, index)
             peak = (max(peak[0], len(buf)), max(peak[1], size()))
     return out, peak
+
+
+def held_until_close(windows, batches):
+    """``until_window_closes``'s buffer (KIP-328) over time windows: every open window, put on
+    each update (its value: the count of its records) and evicted once stream time reaches its
+    close. The largest (windows, bytes of the values' string form) it held after any record,
+    per batch."""
+    st, held, peaks = None, {}, []
+    for batch in batches:
+        peak = (0, 0)
+        for key, ts, _ in batch:
+            sb, st = st, ts if st is None else max(st, ts)
+            for s, e in windows.windows_for(ts):
+                if sb is None or windows.close(s, e) > sb:
+                    held[(key, s)] = (windows.close(s, e), held.get((key, s), (0, 0))[1] + 1)
+            held = {w: (close, n) for w, (close, n) in held.items() if close > st}
+            peak = max(peak[0], len(held)), max(peak[1], sum(len(str(n)) for _, n in held.values()))
+        peaks.append(peak)
+    return peaks

@@ -1,14 +1,18 @@
 """Strict bounded buffers for final results: shut_down_when_full stops the batch, commits nothing,
 and the same batch continues from the same state once the bound is raised."""
+import random
+
 import pytest
 
-from framework import BufferConfig, BufferFullError, DefinitionError, Pipeline, Runtime, Suppressed, TimeWindows, agg
+import reference as ref
+from framework import (BufferConfig, BufferFullError, DefinitionError, Pipeline, Runtime, SlidingWindows, Suppressed,
+                       TimeWindows, agg)
 from harness import frame, results
 
 
-def pipeline(buffer):
+def pipeline(buffer, windows=TimeWindows.of_size_and_grace(10, 0)):
     return (Pipeline("bounded", timestamp="ts", arrival="seq").group_by("k")
-            .windowed_by(TimeWindows.of_size_and_grace(10, 0)).aggregate(agg.count("n"))
+            .windowed_by(windows).aggregate(agg.count("n"))
             .suppress(Suppressed.until_window_closes(buffer).with_name("alerts")).to("out"))
 
 
@@ -26,6 +30,45 @@ def test_shut_down_when_full_aborts_the_batch_and_a_larger_bound_continues(spark
     assert [(r["k"], r["n"]) for r in results(rt, roomy)] == [("A", 1), ("B", 1), ("C", 1)]
 
 
-def test_byte_bounds_for_final_results_are_refused_explicitly():
-    with pytest.raises(DefinitionError, match="max_bytes bound is not supported"):
-        Suppressed.until_window_closes(BufferConfig.max_bytes(100).shut_down_when_full())
+def test_the_bound_holds_after_every_record_not_only_after_the_batch(spark, warehouse):
+    """B's record holds two windows; C's closes both (grace 0): one is held after the batch, but
+    Kafka's buffer held two after B, so max_records(1) stops the batch."""
+    rt = Runtime(spark, warehouse, quality=False)
+    batch = [("A", 1, 1), ("B", 2, 1), ("C", 15, 1)]
+    assert ref.held_until_close(ref.Tumbling(10, 0), [batch]) == [(2, 2)]
+    with pytest.raises(BufferFullError, match=r"would hold 2 windows \(2 bytes\).*max_records=1"):
+        rt.run_batch(pipeline(BufferConfig.max_records(1).shut_down_when_full()), "b0", frame(spark, batch))
+    assert rt.run_batch(pipeline(BufferConfig.max_records(2).shut_down_when_full()), "b0",
+                        frame(spark, batch)).status == "committed"
+
+
+@pytest.mark.parametrize("model", [ref.Tumbling(10, 5), ref.Tumbling(10, 3, advance=5)], ids=["tumbling", "hopping"])
+def test_byte_and_record_bounds_match_the_reference_buffer_after_every_record(spark, warehouse, model):
+    """Random stream, random split: the bound that the reference buffer reaches passes, one less
+    stops exactly the batch that first exceeds it, and raising it continues from there."""
+    rng = random.Random(7 if model.advance is None else 8)
+    records = [(rng.choice("ABC"), max(0, t + rng.randint(-12, 4)), 1) for t in range(0, 240, 4)]
+    cuts = sorted(rng.sample(range(1, len(records)), 3))
+    batches = [records[i:j] for i, j in zip([0, *cuts], [*cuts, len(records)])]
+    peaks = ref.held_until_close(model, batches)
+    most_bytes = max(b for _, b in peaks)
+    first_over = next(i for i, (_, b) in enumerate(peaks) if b == most_bytes)
+    rt = Runtime(spark, warehouse, quality=False)
+    seq, windows = 0, TimeWindows.of_size_and_grace(model.size, model.grace)
+    if model.advance:
+        windows = windows.advance_by(model.advance)
+    for i, batch in enumerate(batches):
+        if i == first_over:
+            tight = pipeline(BufferConfig.max_bytes(most_bytes - 1).shut_down_when_full(), windows)
+            with pytest.raises(BufferFullError, match=rf"\({most_bytes} bytes\).*max_bytes={most_bytes - 1}"):
+                rt.run_batch(tight, f"b{i}", frame(spark, batch, seq))
+        fits = BufferConfig.max_bytes(most_bytes).with_max_records(max(n for n, _ in peaks)).shut_down_when_full()
+        assert rt.run_batch(pipeline(fits, windows), f"b{i}", frame(spark, batch, seq)).status == "committed"
+        seq += len(batch)
+
+
+def test_byte_bounds_for_final_results_need_time_windows():
+    with pytest.raises(DefinitionError, match="max_bytes bound on until_window_closes.*TimeWindows"):
+        (Pipeline("bounded", timestamp="ts", arrival="seq").group_by("k")
+         .windowed_by(SlidingWindows.of_time_difference_and_grace(10, 0)).aggregate(agg.count("n"))
+         .suppress(Suppressed.until_window_closes(BufferConfig.max_bytes(100).shut_down_when_full())))
