@@ -8,6 +8,9 @@ runs in parallel: of the stored partials and the batch's per-record partials (pl
 time windows), or of the kept and new records a sliding window holds. Session windows are not
 supported: a merge would need tombstones for the merged sessions.
 
+The same fold measures ``until_window_closes``'s buffer for strict bounds on time windows
+(``held_until_close``): there every open window is an entry, leaving when it closes.
+
 The buffer itself is ``eviction.Buffer``. When only time decides (unbounded and strict
 buffers) it runs per key in parallel; a strict bound is then checked over the size changes
 summed by arrival position. An eager size-bounded buffer evicts the oldest entry of *any* key
@@ -160,8 +163,9 @@ def _updates(b: Batch, buffer_time: Column | None = None) -> DataFrame:
     rows = _sliding_rows(b, p.windows) if isinstance(p.windows, SlidingWindows) else _time_rows(b)
     spec = (f"PARTITION BY {', '.join(quoted(c) for c in ident)} ORDER BY _ord ASC NULLS FIRST "
             "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW")
-    bt = F.expr(f"max(_ts) OVER ({spec})") if p.windows is not None else F.col("_ts")
-    running = rows.select(*carried, "_ord", "_sb", "_sa", "_touch", (bt if buffer_time is None else buffer_time).alias("_bt"),
+    if buffer_time is None:
+        buffer_time = F.expr(f"max(_ts) OVER ({spec})") if p.windows is not None else F.col("_ts")
+    running = rows.select(*carried, "_ord", "_sb", "_sa", "_touch", buffer_time.alias("_bt"),
                           *[F.expr(x.over(spec)).alias(x.column) for a in p.aggregates for x in a.partials])
     ups = running.filter("_touch")
     if p.windows is not None:  # a record's updates go by window start; its first one advances stream

@@ -341,8 +341,9 @@ def _commit(spark: SparkSession, t: state.Tables, staged: _Staged, first, last, 
     if staged.stage_output:
         new = new.withColumn(f"output{VERSION}", F.lit(state.latest_version(spark, t.output)).cast("long"))
     rows = old.withColumn("status", status).unionByName(new, allowMissingColumns=True).localCheckpoint()
-    state.tagged(spark, t.ledger, f"{p.name}.replay@{attempt}", lambda: rows.write.format("delta").mode("overwrite")
-                 .option("replaceWhere", f"seq >= {int(first.seq)}").option("mergeSchema", "true").save(t.ledger))
+    state.tagged(spark, t.ledger, f"{p.name}.replay@{attempt}", lambda: rows.write.format("delta")
+                 .mode("overwrite").option("replaceWhere", f"seq >= {int(first.seq)}").option("mergeSchema", "true")
+                 .save(t.ledger))
 
 
 def _undo(spark: SparkSession, touched: dict[str, int | None], ledger: str, attempt: str, tag: str) -> None:

@@ -32,7 +32,7 @@ import json
 import os
 import threading
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Callable
 from urllib.parse import urlparse
@@ -155,7 +155,7 @@ _locks: dict[str, _FileLock] = {}
 _locks_guard = threading.Lock()
 
 
-def committing(path: str):
+def committing(path: str) -> AbstractContextManager:
     """A lock to hold while committing to the Delta table at ``path``: ``<table>.lock`` beside
     it on a local disk; nothing elsewhere, where the store's put-if-absent is atomic."""
     parsed = urlparse(path)
