@@ -14,7 +14,7 @@ A record joins window w only while ``close_time(w) > stream time before the reco
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import pandas as pd
 from pyspark.sql import Column, DataFrame
@@ -44,6 +44,7 @@ class Batch:
     kept_records: DataFrame | None  # sliding windows: records as of the last committed batch
     bucket_ms: int
     buffer: DataFrame | None = None  # until_time_limit: the suppression buffer as of the last committed batch
+    cache: Callable[[DataFrame], DataFrame] = lambda df: df  # keeps a frame the plan reads more than once
 
     @property
     def stb(self) -> int:
@@ -69,6 +70,7 @@ class Outcome:
     counters: dict[str, Column]       # aggregate expressions over ``counted`` for metrics
     open_windows: DataFrame           # windows (or keys) held in state after the batch
     limited: Limited | None = None    # until_time_limit: what the suppression buffer did (``ratelimit``)
+    opened: Callable[[], int] | None = None  # time windows: how many windows the batch added to state
 
 
 def partials(p: Pipeline) -> list[Column]:
@@ -96,6 +98,14 @@ def _lateness(b: Batch) -> dict[str, Column]:
     return {"record_lateness_avg": F.avg(late_by).cast("double"), "record_lateness_max": F.max(late_by).cast("double")}
 
 
+def needs_order(p: Pipeline) -> bool:
+    """Whether a plan needs each record's arrival position and the stream time just before it
+    (a scan over the batch in arrival order): per-record lateness, sessions, sliding windows,
+    rate limiting and order-sensitive aggregates do; time windows judged per batch do not."""
+    ordered = any(ARRIVAL in x.partial for a in p.aggregates for x in a.partials)
+    return p.lateness == "record" or ordered or p.rate_limited or not isinstance(p.windows, (TimeWindows, type(None)))
+
+
 def plan(b: Batch) -> Outcome:
     """The outcome of batch ``b`` for its pipeline's window type."""
     w = b.pipeline.windows
@@ -117,11 +127,11 @@ def _time_windows(b: Batch, w: TimeWindows | None) -> Outcome:
     size, grace = w.size_ms, w.grace_ms
     ident = [*p.keys, "window_start"]
     assigned = assign(b.records, w)
-    batch_partials = (assigned.withColumn("window_start", F.explode("_acc"))
-                      .groupBy(*ident).agg(*partials(p), F.max("_ts").alias("_max_ts"))
-                      .withColumn("window_end", F.col("window_start") + size)
-                      .withColumn("_close", F.col("window_start") + size + grace)
-                      .withColumn("_bucket", _bucket(b)))
+    batch_partials = b.cache(assigned.withColumn("window_start", F.explode("_acc"))
+                             .groupBy(*ident).agg(*partials(p), F.max("_ts").alias("_max_ts"))
+                             .withColumn("window_end", F.col("window_start") + size)
+                             .withColumn("_close", F.col("window_start") + size + grace)
+                             .withColumn("_bucket", _bucket(b)))
     due_bucket = b.sta // b.bucket_ms
     stored = _stored(b, batch_partials)
     rows = stored.filter(F.col("_bucket") <= due_bucket).unionByName(batch_partials)
@@ -132,13 +142,30 @@ def _time_windows(b: Batch, w: TimeWindows | None) -> Outcome:
     else:
         touched = batch_partials.select(*ident)
         results = _merge_windows(p, stored.join(touched, ident, "left_semi").unionByName(batch_partials), ident)
+    results = results.select(*p.keys, "window_start", "window_end", *finished(p), F.lit(False).alias("_gone"))
     counters = {"late_record_drop_total": F.sum(F.col("_n_all") - F.col("_n_acc")),
                 "late_records": F.sum(F.when(F.col("_n_acc") == 0, 1).otherwise(0)), **_lateness(b)}
     still_open = stored.filter(~due).unionByName(batch_partials.filter(~due)).select(*ident).distinct()
-    return Outcome(None, (keep, f"_bucket <= {due_bucket}"), None, None,
-                   results.select(*p.keys, "window_start", "window_end", *finished(p), F.lit(False).alias("_gone")),
-                   assigned.filter(F.col("_n_acc") == 0), rows.filter(due).select(*ident).distinct(),
-                   assigned, counters, still_open)
+    closed = results if p.suppressed_final else rows.filter(due).select(*ident).distinct()
+
+    def opened() -> int:
+        """Windows of the batch not in state before: a lookup in the buckets the batch touched
+        and, by Delta's file statistics, the files whose range of the first key overlaps the
+        batch's (counting every open window would read all state)."""
+        first = F.col(p.keys[0])
+        per_bucket = batch_partials.groupBy("_bucket").agg(F.count(F.lit(1)).alias("n"), F.min(first).alias("lo"),
+                                                           F.max(first).alias("hi")).collect()
+        windows = sum(r["n"] for r in per_bucket)
+        if b.state is None or not windows:
+            return windows
+        near = F.col("_bucket").isin([r["_bucket"] for r in per_bucket]) & first.between(
+            F.lit(min(r["lo"] for r in per_bucket)), F.lit(max(r["hi"] for r in per_bucket)))
+        known = (b.state.filter(near).select(*ident)
+                 .join(F.broadcast(batch_partials.select(*ident)), ident, "left_semi").distinct().count())
+        return windows - known
+
+    return Outcome(None, (keep, f"_bucket <= {due_bucket}"), None, None, results,
+                   assigned.filter(F.col("_n_acc") == 0), closed, assigned, counters, still_open, opened=opened)
 
 
 def assign(records: DataFrame, w: TimeWindows) -> DataFrame:

@@ -2,12 +2,16 @@
 
 1. Read the ledger: a committed batch id is a no-op (same input) or a loud error (other input);
    ids must increase; a started-but-unfinished batch must be finished first.
-2. Validate the input (one pass), append a *started* ledger row.
-3. Plan the batch from state as of the last committed batch (Delta time travel).
-4. Write each table at most once (commits tagged with the batch, see ``state``): window state,
-   kept records, results, late records, metrics.
+2. Validate the input (one pass, while the ledger is read), append a *started* ledger row.
+3. Plan the batch from state as of the last committed batch (Delta time travel), while the
+   started row commits.
+4. Write each table at most once (commits tagged with the batch, see ``state``), all at the
+   same time: window state, kept records, results, late records, metrics.
 5. Append the *committed* ledger row: the commit point. Readers of ``read_output`` see results
    as of the last committed batch.
+
+Steps overlap because a batch is mostly small Spark jobs and Delta commits that wait on the
+driver; the order that matters (claim before writes, writes before the commit) is kept.
 
 A crash between any two writes leaves the ledger at the previous batch; re-running the batch
 replans from the same state and skips the writes that already landed. Of two runners of one
@@ -16,23 +20,26 @@ batch, the one whose *started* row lands claims it; the other stops before writi
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
 from delta.tables import DeltaTable
 from py4j.protocol import Py4JJavaError
+from pyspark import inheritable_thread_target
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from . import engine, metrics, ratelimit, sinks, state
 from .errors import (BatchFailedError, BatchOrderError, BufferFullError, ConcurrentBatchError, DefinitionError,
                      FingerprintMismatchError, FrameworkError)
-from .sources import read_batch
-from .streamtime import arrival_order, to_datetime, to_epoch_millis, with_stream_time
+from .sources import check_drift, read_batch
+from .streamtime import arrival_order, at_batch_start, to_datetime, to_epoch_millis, with_stream_time
 from .topology import Pipeline
 from .windows import SlidingWindows, TimeWindows
 
@@ -41,6 +48,9 @@ log = logging.getLogger("framework.runtime")
 SCAN_RECORDS_PER_PARTITION = 200_000  # below this a batch's stream-time scan runs as one task
 ATTEMPTS = 1_000_000  # ledger 'started' rows: txnVersion = seq * ATTEMPTS + earlier attempts of the batch
 WRITE_POINTS = ("ledger_start", "state", "records", "buffer", "output", "late_records", "metrics", "ledger_commit")
+
+
+_LEDGER_ROW = Row(*(field.split()[0] for field in state.LEDGER_SCHEMA.split(", ")))
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,19 @@ class BatchResult:
     dropped_late: int
     stream_time: dt.datetime | None
     metrics: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A planned batch and its counts."""
+
+    outcome: engine.Outcome
+    stream_time: int | None
+    counts: dict          # the outcome's counters
+    closed: int           # windows closed
+    emitted: int          # rows for the sink
+    open_now: Callable[[], int]  # windows open after the batch (counted once, when first asked)
+    buffered: dict | None  # rate-limiting buffer statistics
 
 
 class _Kept:
@@ -107,6 +130,7 @@ class Runtime:
         self._before_write = before_write or (lambda point: None)
         self.max_clock_skew = max_clock_skew
         self.partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+        self._ledgers: dict[str, tuple[int, list[Row]]] = {}  # ledger path -> a version and its rows
 
     def tables(self, p: Pipeline) -> state.Tables:
         """Paths of ``p``'s Delta tables."""
@@ -167,14 +191,13 @@ class Runtime:
     def _run(self, p: Pipeline, batch_id: str, input_df: DataFrame, batch_end: dt.datetime | None) -> BatchResult:
         started_at = time.monotonic()
         t = self.tables(p)
-        state.create(self.spark, t.ledger, state.LEDGER_SCHEMA)
-        rows = state.read(self.spark, t.ledger).collect()
+        (seen, rows), inp = self._concurrently({
+            "reading the ledger": lambda: self._read_ledger(t.ledger),
+            "validating the input": lambda: read_batch(p, batch_id, input_df, self._latest_ms(batch_end))})
         committed = {r.batch_id: r for r in rows if r.status == "committed"}
         last = max(committed.values(), key=lambda r: r.seq, default=None)
         where = self._where
-        self._step = "validating the input"
-
-        inp = read_batch(p, batch_id, input_df, last.input_schema if last else None, self._latest_ms(batch_end))
+        check_drift(p, batch_id, input_df, last.input_schema if last else None)
         if batch_id in committed:
             done = committed[batch_id]
             if done.fingerprint != inp.fingerprint:
@@ -200,83 +223,126 @@ class Runtime:
         attempt = uuid.uuid4().hex
         stb = last.stream_time if last else None
         earlier = {r.attempt for r in rows if r.status == "started" and r.seq == seq}
-        self._write("ledger_start", lambda: state.append_exclusive(
-            self._ledger_row(seq, batch_id, "started", attempt, inp, stb, None, {}, p),
-            t.ledger, state.WriteId(f"{p.name}.ledger.start", seq * ATTEMPTS + len(earlier)), attempt))
-        if not state.committed_by(self.spark, t.ledger, attempt):
-            raise ConcurrentBatchError(
-                f"{where}: another runner started this batch at the same time; this attempt stopped before "
-                "writing. Re-run the batch: it completes or reports 'already committed'.")
+
+        started = self._ledger_row(seq, batch_id, "started", attempt, inp, stb, None, {}, p)
+
+        def claim() -> None:
+            if not state.claim(self._ledger_frame(started), t.ledger,
+                               state.WriteId(f"{p.name}.ledger.start", seq * ATTEMPTS + len(earlier)), attempt,
+                               seen, mergeSchema="true"):
+                raise ConcurrentBatchError(
+                    f"{where}: another runner started this batch at the same time; this attempt stopped before "
+                    "writing. Re-run the batch: it completes or reports 'already committed'.")
 
         def wid(table: str) -> state.WriteId:
             return state.WriteId(f"{p.name}.{table}", seq, resumed=bool(earlier))
 
-        self._step = "reading state and planning"
-        order = arrival_order(inp.frame, "_ts", p.arrival, p.keys)
-        parallelism = max(1, min(self.partitions, inp.count // SCAN_RECORDS_PER_PARTITION))
-        records, sta = with_stream_time(inp.frame, order, "_ts", seq, stb, p.lateness == "record", parallelism,
-                                        inp.max_ts)
+        kept = _Kept()
+        try:  # planning only reads, so it runs while the claim commits
+            plan = self._concurrently({"writing 'ledger_start'": lambda: self._write("ledger_start", claim),
+                                       "reading state and planning": lambda: self._plan(p, batch_id, seq, inp, last,
+                                                                                        batch_end, kept)})[1]
+            outcome, sta, counts = plan.outcome, plan.stream_time, plan.counts
+            rows_out = sinks.shape(p, outcome.results, batch_id, sta)
+            self._step = "auditing the results"
+            if plan.emitted and self.quality and p.suppression is not None:
+                from . import quality  # GX loads only in processes that have final or rate-limited rows to audit
+                published = self._as_of(t.output, last.output_version if last else None)
+                quality.gate(self.spark, p, rows_out.drop("_gone"), published, batch_id, self.warehouse,
+                             expectations_dir=self.expectations)
+
+            def metrics_row() -> DataFrame:  # counts windows open while the other tables are written
+                final, buffered, open_now = p.suppressed_final, plan.buffered, plan.open_now()
+                values.update(counts, records_in=inp.count, suppression_emit_total=plan.closed if final else 0,
+                              windows_open=open_now, windows_closed=plan.closed,
+                              suppression_buffer_count_current=open_now if final else None,
+                              suppression_buffer_count_max=(open_now + plan.closed) if final else None,
+                              stream_time=to_datetime(sta),
+                              batch_duration_ms=int((time.monotonic() - started_at) * 1000))
+                if buffered is not None:
+                    values.update(suppression_emit_total=plan.emitted, suppression_buffer_count_current=buffered["count"],
+                                  suppression_buffer_count_max=buffered["count_max"],
+                                  suppression_buffer_size_current=buffered["size"],
+                                  suppression_buffer_size_max=buffered["size_max"])
+                return metrics.frame(self.spark, p.name, batch_id, seq, values)
+
+            values: dict = {}
+            writes = {"state": lambda: self._write_state(p, outcome, wid("state"), sta, kept),
+                      "records": lambda: self._write_records(p, outcome, wid("records")),
+                      "buffer": lambda: self._write_buffer(p, outcome, wid("buffer")),
+                      "metrics": lambda: state.append(metrics_row(), t.metrics, wid("metrics"))}
+            if plan.emitted:
+                writes["output"] = lambda: sinks.publish(p, rows_out, t.output, wid("output"))
+            if counts.get("late_records"):
+                late = outcome.late.select(*p.keys, F.timestamp_millis("_ts").alias("event_time"),
+                                           F.timestamp_millis("_sb").alias("stream_time_before"),
+                                           F.lit(batch_id).alias("batch_id"), F.lit(seq).cast("long").alias("seq"),
+                                           F.to_json(F.struct(*[F.col(c) for c in input_df.columns])).alias("record"))
+                writes["late_records"] = lambda: state.append(late, t.late, wid("late"))
+            self._concurrently({f"writing {point!r}": lambda point=point, action=action: self._write(point, action)
+                                for point, action in writes.items()})
+        finally:
+            kept.release()
+
+        versions = {"state": state.latest_version(self.spark, t.state),
+                    "records": state.latest_version(self.spark, t.records)
+                    if isinstance(p.windows, SlidingWindows) else None,
+                    "buffer": state.latest_version(self.spark, self._buffer_path(p)) if p.rate_limited else None,
+                    "output": state.latest_version(self.spark, t.output) if plan.emitted or last is None
+                    else last.output_version}
+        commit = self._ledger_row(seq, batch_id, "committed", attempt, inp, stb, sta, versions, p, plan.open_now())
+        self._write("ledger_commit", lambda: state.save(  # mergeSchema: ledgers from before windows_open
+            self._ledger_frame(commit), t.ledger, state.WriteId(f"{p.name}.ledger.commit", seq), mergeSchema="true"))
+        if not earlier:  # the claim and the commit made the next two versions, unless another writer came between
+            self._ledgers[t.ledger] = (seen + 2, [*rows, started, commit])
+        log.info("%s: committed seq=%d emitted=%d stream_time=%s in %.1f s", where, seq, plan.emitted,
+                 to_datetime(sta), time.monotonic() - started_at)
+        return BatchResult(p.name, batch_id, seq, "committed", plan.emitted, int(counts.get("late_records") or 0),
+                           to_datetime(sta), values)
+
+    def _plan(self, p: Pipeline, batch_id: str, seq: int, inp, last, batch_end: dt.datetime | None,
+              kept: _Kept) -> _Plan:
+        """Plan the batch from state as of the last committed batch and count what it does
+        (the counts run at the same time; results stay cached for the writes)."""
+        t, stb = self.tables(p), last.stream_time if last else None
+        if engine.needs_order(p):
+            order = arrival_order(inp.frame, "_ts", p.arrival, p.keys)
+            parallelism = max(1, min(self.partitions, inp.count // SCAN_RECORDS_PER_PARTITION))
+            records, sta = with_stream_time(inp.frame, order, "_ts", seq, stb, p.lateness == "record", parallelism,
+                                            inp.max_ts)
+        else:
+            records, sta = at_batch_start(inp.frame, stb, inp.max_ts)
         if p.idle_advance_ms is not None and batch_end is not None:
             sta = max(x for x in (sta, to_epoch_millis(batch_end) - p.idle_advance_ms) if x is not None)
         batch = engine.Batch(p, seq, records, stb, sta,
                              self._as_of(t.state, last.state_version if last else None),
                              self._as_of(t.records, last.records_version if last else None),
-                             self.bucket_ms, self._as_of(self._buffer_path(p), last.buffer_version if last else None))
+                             self.bucket_ms, self._as_of(self._buffer_path(p), last.buffer_version if last else None),
+                             cache=kept)
         outcome = engine.plan(batch)
         if p.rate_limited:
             outcome = ratelimit.limit(batch, outcome)
-        kept = _Kept()
-        results = kept(outcome.results)
-        rows_out = kept(sinks.shape(p, results, batch_id, sta))
-        counts = outcome.counted.agg(*[v.alias(k) for k, v in outcome.counters.items()]).collect()[0].asDict()
-        n_rows, open_now = rows_out.count(), outcome.open_windows.count()
+        open_before = last.asDict().get("windows_open") if last else 0
+
+        def windows() -> tuple[int, int]:
+            kept(outcome.results)  # caching plans the read of state: here, beside the counters' job
+            closed = outcome.closed.count()
+            same = outcome.closed is outcome.results and not p.steps
+            return closed, closed if same else sinks.shape(p, outcome.results, "", sta).count()
+
+        counted = {"counters": lambda: outcome.counted.agg(*[v.alias(k) for k, v in outcome.counters.items()])
+                   .collect()[0].asDict(), "windows": windows}
+        counts, (closed, emitted) = self._concurrently(counted)
+
+        @functools.cache
+        def open_now() -> int:
+            if outcome.opened is not None and open_before is not None:
+                return open_before + outcome.opened() - closed
+            return outcome.open_windows.count()
+
         buffered = outcome.limited.stats() if outcome.limited is not None else None
         self._check_buffer(p, batch_id, batch, open_now, buffered)
-        if n_rows and self.quality and p.suppression is not None:
-            from . import quality  # GX loads only in processes that have final or rate-limited rows to audit
-            published = self._as_of(t.output, last.output_version if last else None)
-            quality.gate(self.spark, p, rows_out.drop("_gone"), published, batch_id, self.warehouse,
-                         expectations_dir=self.expectations)
-
-        self._write("state", lambda: self._write_state(p, outcome, wid("state"), sta, kept))
-        self._write("records", lambda: self._write_records(p, outcome, wid("records")))
-        self._write("buffer", lambda: self._write_buffer(p, outcome, wid("buffer")))
-        if n_rows:
-            self._write("output", lambda: sinks.publish(p, rows_out, t.output, wid("output")))
-        if counts.get("late_records"):
-            late = outcome.late.select(*p.keys, F.timestamp_millis("_ts").alias("event_time"),
-                                       F.timestamp_millis("_sb").alias("stream_time_before"),
-                                       F.lit(batch_id).alias("batch_id"), F.lit(seq).cast("long").alias("seq"),
-                                       F.to_json(F.struct(*[F.col(c) for c in input_df.columns])).alias("record"))
-            self._write("late_records", lambda: state.append(late, t.late, wid("late")))
-
-        closed = outcome.closed.count()
-        kept.release()
-        final = p.suppressed_final
-        values = dict(counts, records_in=inp.count, suppression_emit_total=closed if final else 0,
-                      windows_open=open_now, windows_closed=closed,
-                      suppression_buffer_count_current=open_now if final else None,
-                      suppression_buffer_count_max=(open_now + closed) if final else None,
-                      stream_time=to_datetime(sta), batch_duration_ms=int((time.monotonic() - started_at) * 1000))
-        if buffered is not None:
-            values.update(suppression_emit_total=n_rows, suppression_buffer_count_current=buffered["count"],
-                          suppression_buffer_count_max=buffered["count_max"],
-                          suppression_buffer_size_current=buffered["size"],
-                          suppression_buffer_size_max=buffered["size_max"])
-        self._write("metrics", lambda: state.append(metrics.frame(self.spark, p.name, batch_id, seq, values),
-                                                    t.metrics, wid("metrics")))
-        versions = {"state": state.latest_version(self.spark, t.state),
-                    "records": state.latest_version(self.spark, t.records)
-                    if isinstance(p.windows, SlidingWindows) else None,
-                    "buffer": state.latest_version(self.spark, self._buffer_path(p)) if p.rate_limited else None,
-                    "output": state.latest_version(self.spark, t.output) if n_rows or last is None
-                    else last.output_version}
-        self._write("ledger_commit", lambda: state.append(
-            self._ledger_row(seq, batch_id, "committed", attempt, inp, stb, sta, versions, p),
-            t.ledger, state.WriteId(f"{p.name}.ledger.commit", seq)))
-        log.info("%s: committed seq=%d emitted=%d stream_time=%s", where, seq, n_rows, to_datetime(sta))
-        return BatchResult(p.name, batch_id, seq, "committed", n_rows, int(counts.get("late_records") or 0),
-                           to_datetime(sta), values)
+        return _Plan(outcome, sta, counts, closed, emitted, open_now, buffered)
 
     def replay(self, pipeline: Pipeline, batches) -> "ReplayResult":
         """Re-run the committed batches from ``batches[0]`` through the last one with the given
@@ -298,6 +364,22 @@ class Runtime:
                 f"{self._where}: another runner wrote {point!r} at the same time; this attempt "
                 "stopped. Re-run the batch: it completes idempotently or reports 'already committed'.") from e
 
+    def _concurrently(self, tasks: dict[str, Callable[[], object]]) -> list:
+        """Run ``tasks`` (named by their step) at the same time and return their results in order;
+        after all have ended, raise the first failure, naming its step.
+
+        A batch's writes go to different tables, each is tagged and skipped when a resumed batch
+        finds it made, and the ledger commit after them is the commit point, so their order does
+        not matter. Small Spark jobs and Delta commits mostly wait on the driver (log listing,
+        task launch), so they overlap well even on two cores."""
+        with ThreadPoolExecutor(len(tasks), thread_name_prefix="batch") as pool:
+            futures = {step: pool.submit(inheritable_thread_target(task)) for step, task in tasks.items()}
+        for step, future in futures.items():
+            if future.exception() is not None:
+                self._step = step
+                raise future.exception()
+        return [future.result() for future in futures.values()]
+
     def _latest_ms(self, batch_end: dt.datetime | None) -> int | None:
         """The latest event time a batch may hold (SPEC 4: far-future times are refused)."""
         if self.max_clock_skew is None:
@@ -308,19 +390,31 @@ class Runtime:
     def _as_of(self, path: str, version: int | None) -> DataFrame | None:
         return None if version is None else state.read(self.spark, path, version)
 
-    def _ledger_row(self, seq, batch_id, status, attempt, inp, stb, sta, versions, p) -> DataFrame:
-        row = (seq, batch_id, status, attempt, inp.fingerprint, inp.count, stb, sta,
-               versions.get("state"), versions.get("records"), versions.get("output"),
-               inp.schema_json, _definition(p), dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
-               versions.get("buffer"))
+    def _ledger_row(self, seq, batch_id, status, attempt, inp, stb, sta, versions, p,
+                    windows_open: int | None = None) -> Row:
+        return _LEDGER_ROW(seq, batch_id, status, attempt, inp.fingerprint, inp.count, stb, sta,
+                           versions.get("state"), versions.get("records"), versions.get("output"),
+                           inp.schema_json, _definition(p), dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
+                           versions.get("buffer"), windows_open)
+
+    def _ledger_frame(self, row: Row) -> DataFrame:
         return self.spark.createDataFrame([row], state.LEDGER_SCHEMA)
+
+    def _read_ledger(self, path: str) -> tuple[int, list[Row]]:
+        """The ledger's version and rows; rows this runtime already knows at that version are
+        not read again (a Delta version never changes)."""
+        state.create(self.spark, path, state.LEDGER_SCHEMA)
+        seen = state.latest_version(self.spark, path)
+        known = self._ledgers.get(path)
+        if known is not None and known[0] == seen:
+            return known
+        return seen, state.read(self.spark, path, seen).collect()
 
     def _write_state(self, p: Pipeline, outcome: engine.Outcome, wid: state.WriteId, sta: int | None,
                      kept) -> None:
         path = self.tables(p).state
         if outcome.state_rewrite is not None:
             rows, replaced = outcome.state_rewrite
-            rows = kept(rows)
             state.create(self.spark, path, rows.schema, partition_by="_bucket")
             state.rewrite(rows, path, replaced, wid)
             return
@@ -360,7 +454,7 @@ class Runtime:
     def _buffer_path(self, p: Pipeline) -> str | None:
         return self.tables(p).buffer(p.suppression.name or "suppress") if p.rate_limited else None
 
-    def _check_buffer(self, p: Pipeline, batch_id: str, batch: engine.Batch, held: int,
+    def _check_buffer(self, p: Pipeline, batch_id: str, batch: engine.Batch, held: Callable[[], int],
                       buffered: dict | None) -> None:
         """Strict bounded buffers (``shut_down_when_full``) stop the batch before anything is
         written when the buffer would exceed a bound after any record (its largest size in the
@@ -375,7 +469,7 @@ class Runtime:
         if buffered is not None:
             count, size = buffered["count_max"], buffered["size_max"]
         else:
-            count, size = held, None
+            count, size = held(), None
         over = []
         if buf.record_limit is not None and count > buf.record_limit:
             over.append(f"max_records={buf.record_limit}")

@@ -37,12 +37,18 @@ def _where(p: Pipeline, batch_id: str) -> str:
     return f"pipeline {p.name!r}, batch {batch_id!r}"
 
 
-def _check_columns(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: str | None) -> None:
-    types = {f.name: f.dataType for f in df.schema.fields}
+def _needed(p: Pipeline) -> dict[str, str]:
+    """The input columns the pipeline reads, with their role."""
     needed = {p.timestamp: "event time", **{k: "group key" for k in p.keys},
               **{c: "aggregate input" for c in input_columns(p.aggregates)}}
     if p.arrival:
         needed[p.arrival] = "arrival order"
+    return needed
+
+
+def _check_columns(p: Pipeline, batch_id: str, df: DataFrame) -> None:
+    types = {f.name: f.dataType for f in df.schema.fields}
+    needed = _needed(p)
     for column, role in needed.items():
         if column not in types:
             raise InputError(f"{_where(p, batch_id)}: input has no column {column!r} ({role}); "
@@ -58,22 +64,28 @@ def _check_columns(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: s
         if not isinstance(types[k], KEY_TYPES):
             raise InputError(f"{_where(p, batch_id)}: group key {k!r} has type {types[k].simpleString()}; "
                              "keys must be atomic (string, integer, boolean, date, timestamp, decimal).")
-    if previous_schema:
-        before = json.loads(previous_schema)
-        for column in needed:
-            now = types[column].simpleString()
-            if column in before and before[column] != now:
-                raise InputError(f"{_where(p, batch_id)}: column {column!r} was {before[column]} in earlier "
-                                 f"batches and is {now} now (schema drift). Cast it back, or start a new pipeline.")
 
 
-def read_batch(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: str | None,
-               latest_ms: int | None = None) -> BatchInput:
-    """Validate ``df`` for pipeline ``p`` and add ``_ts``; raises InputError on bad input.
+def check_drift(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: str | None) -> None:
+    """Refuse a column the pipeline reads whose type differs from earlier batches'
+    (``previous_schema``, as recorded by the ledger)."""
+    if not previous_schema:
+        return
+    before, types = json.loads(previous_schema), {f.name: f.dataType for f in df.schema.fields}
+    for column in _needed(p):
+        now = types[column].simpleString()
+        if column in before and before[column] != now:
+            raise InputError(f"{_where(p, batch_id)}: column {column!r} was {before[column]} in earlier "
+                             f"batches and is {now} now (schema drift). Cast it back, or start a new pipeline.")
+
+
+def read_batch(p: Pipeline, batch_id: str, df: DataFrame, latest_ms: int | None = None) -> BatchInput:
+    """Validate ``df`` for pipeline ``p`` and add ``_ts``; raises InputError on bad input
+    (``check_drift`` compares the types with earlier batches').
 
     ``latest_ms`` is the latest plausible event time (the clock plus the allowed skew): one
     record from the far future would advance stream time and close every open window."""
-    _check_columns(p, batch_id, df, previous_schema)
+    _check_columns(p, batch_id, df)
     raw = F.col(p.timestamp)
     parsed = F.try_to_timestamp(raw) if isinstance(df.schema[p.timestamp].dataType, T.StringType) else raw.cast("timestamp")
     frame = df.withColumn("_ts", F.floor(F.unix_micros(parsed) / 1000).cast("long"))

@@ -16,9 +16,8 @@ A batch writes each table at most once, and every commit is tagged with the batc
 (``userMetadata`` = ``<pipeline>.<table>@<seq>``). A batch reads state as of the versions the
 ledger recorded for the previous batch, so a batch that died between any two writes, run again,
 plans the same writes; a resumed batch skips a table whose last commit already carries its tag.
-Only the ledger's *started* row uses Delta's ``txnAppId``/``txnVersion``: it is a batch's claim
-and must hold against a concurrent runner (that check costs a log replay, so the other writes
-rely on the claim and the tag).
+Only the ledger's *started* row is a batch's claim and must hold against a concurrent runner
+(``claim``); the other writes rely on the claim and the tag.
 
 Delta's optimistic commits need a store whose "create the next log file if absent" is atomic.
 Object stores and HDFS have one (with the right LogStore); a local disk does not across
@@ -48,7 +47,8 @@ LOCK_WAIT_S = 600.0   # how long a commit waits for another process's commit to 
 LEDGER_SCHEMA = (
     "seq long, batch_id string, status string, attempt string, fingerprint string, records_in long, "
     "stream_time_before long, stream_time long, state_version long, records_version long, "
-    "output_version long, input_schema string, definition string, at timestamp, buffer_version long")
+    "output_version long, input_schema string, definition string, at timestamp, buffer_version long, "
+    "windows_open long")
 
 
 @dataclass(frozen=True)
@@ -155,12 +155,17 @@ _locks: dict[str, _FileLock] = {}
 _locks_guard = threading.Lock()
 
 
+def is_local(path: str) -> bool:
+    """Whether ``path`` is on a local disk (a plain path or a ``file:`` URL)."""
+    return urlparse(path).scheme in ("", "file")
+
+
 def committing(path: str) -> AbstractContextManager:
     """A lock to hold while committing to the Delta table at ``path``: ``<table>.lock`` beside
     it on a local disk; nothing elsewhere, where the store's put-if-absent is atomic."""
-    parsed = urlparse(path)
-    if parsed.scheme not in ("", "file"):
+    if not is_local(path):
         return nullcontext()
+    parsed = urlparse(path)
     lock_file = os.path.abspath(parsed.path if parsed.scheme else path).rstrip("/") + ".lock"
     with _locks_guard:
         return _locks.setdefault(lock_file, _FileLock(lock_file))
@@ -180,6 +185,8 @@ def create(spark: SparkSession, path: str, schema: StructType | str, partition_b
     Two processes starting a pipeline's first batch at once both create its ledger; Delta fails
     the slower creation (location not empty, protocol changed, ... depending on the moment), so a
     failed creation waits for the other's table to appear, and fails if none does."""
+    if exists(spark, path):
+        return
     if isinstance(schema, str):
         schema = spark.createDataFrame([], schema).schema
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(_nullable(schema))
@@ -227,52 +234,72 @@ def _done(spark: SparkSession, path: str, wid: WriteId) -> bool:
 
 
 def once(spark: SparkSession, path: str, wid: WriteId, write: Callable[[], None]) -> None:
-    """Run ``write`` (any Delta write or DML on ``path``) tagged with ``wid``, unless a
-    resumed batch finds it already made."""
+    """Run ``write`` (Delta DML on ``path``: MERGE, DELETE, RESTORE) tagged with ``wid``,
+    unless a resumed batch finds it already made."""
     with committing(path):
         if not _done(spark, path, wid):
             tagged(spark, path, wid.tag, write)
 
 
+_conf_guard = threading.RLock()
+
+
 @contextmanager
 def _session_conf(spark: SparkSession, key: str, value: str):
-    """Set a session conf for the writes inside the block only."""
-    spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        spark.conf.unset(key)
+    """Set a session conf for the writes inside the block only. The conf is seen by every
+    thread of the session, so such blocks run one at a time (writes of one batch run
+    concurrently; ``save`` passes its tag as a write option and needs no conf)."""
+    with _conf_guard:
+        spark.conf.set(key, value)
+        try:
+            yield
+        finally:
+            spark.conf.unset(key)
 
 
 def tagged(spark: SparkSession, path: str, tag: str, write: Callable[[], None]) -> None:
-    """Run ``write`` (a commit to the table at ``path``) with its commit's userMetadata set to
-    ``tag``, holding the table's commit lock."""
+    """Run ``write`` (a commit to the table at ``path``, DML included) with its commit's
+    userMetadata set to ``tag``, holding the table's commit lock."""
     with committing(path), _session_conf(spark, "spark.databricks.delta.commitInfo.userMetadata", tag):
         write()
 
 
-def append(df: DataFrame, path: str, wid: WriteId, partition_by: str | None = None) -> None:
+def save(df: DataFrame, path: str, wid: WriteId, mode: str = "append", **options: str) -> None:
+    """Write ``df`` to ``path`` once, tagged with ``wid`` by a write option (so writes of one
+    batch to different tables can run at the same time)."""
+    with committing(path):
+        if not _done(df.sparkSession, path, wid):
+            df.write.format("delta").mode(mode).options(**options, userMetadata=wid.tag).save(path)
+
+
+def append(df: DataFrame, path: str, wid: WriteId) -> None:
     """Append ``df`` once."""
-    writer = df.write.format("delta").mode("append")
-    if partition_by:
-        writer = writer.partitionBy(partition_by)
-    once(df.sparkSession, path, wid, lambda: writer.save(path))
+    save(df, path, wid)
 
 
-def append_exclusive(df: DataFrame, path: str, wid: WriteId, tag: str) -> None:
-    """Append ``df`` once even against a concurrent writer: Delta skips a repeated
-    ``txnAppId``/``txnVersion`` and fails the second of two racing commits. The commit, if
-    this call made it, carries ``tag`` (see ``committed_by``)."""
-    tagged(df.sparkSession, path, tag, lambda: df.write.format("delta").mode("append")
-           .option("txnAppId", wid.app_id).option("txnVersion", wid.version).save(path))
+def claim(df: DataFrame, path: str, wid: WriteId, tag: str, seen: int, **options: str) -> bool:
+    """Append ``df`` (a claim row) unless another writer committed to ``path`` since version
+    ``seen``, or made the same claim; True if this call's commit landed (tagged ``tag``).
+
+    On a local disk that is a compare-and-append under the commit lock (a version check
+    costs a directory listing). Elsewhere Delta decides: it skips a repeated
+    ``txnAppId``/``txnVersion`` and fails the second of two racing commits, and the table's
+    history says whose commit landed."""
+    writer = df.write.format("delta").mode("append").options(**options, userMetadata=tag)
+    if is_local(path):
+        with committing(path):
+            if latest_version(df.sparkSession, path) != seen:
+                return False
+            writer.save(path)
+            return True
+    writer.option("txnAppId", wid.app_id).option("txnVersion", wid.version).save(path)
+    return committed_by(df.sparkSession, path, tag)
 
 
 def rewrite(df: DataFrame, path: str, replaced: str | None, wid: WriteId) -> None:
     """In one commit, once: remove the rows matching ``replaced`` (None: every row) and add
     ``df`` (whose rows may lie outside ``replaced``: new partials go to later buckets)."""
-    spark = df.sparkSession
-    writer = df.write.format("delta").mode("overwrite")
-    if replaced is not None:
-        writer = writer.option("replaceWhere", replaced)
-    with _session_conf(spark, "spark.databricks.delta.replaceWhere.constraintCheck.enabled", "false"):
-        once(spark, path, wid, lambda: writer.save(path))
+    options = {"replaceWhere": replaced} if replaced is not None else {}
+    with committing(path), _session_conf(df.sparkSession,  # the table lock first, as in ``tagged``
+                                         "spark.databricks.delta.replaceWhere.constraintCheck.enabled", "false"):
+        save(df, path, wid, "overwrite", **options)

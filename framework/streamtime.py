@@ -86,3 +86,13 @@ def with_stream_time(df: DataFrame, order: list[str], timestamp_ms: str, seq: in
         running_max = max(prev, batch_max)
     after = None if running_max == NO_TIME else running_max
     return out.localCheckpoint(eager=True), after
+
+
+def at_batch_start(df: DataFrame, stream_time_before: int | None,
+                   batch_max: int | None) -> tuple[DataFrame, int | None]:
+    """Add ``_sb``: every record judged against the stream time before the batch
+    (``lateness="batch"``), for plans that need no arrival position. No scan, no shuffle:
+    the stream time after the batch is its largest event time, known from input validation."""
+    prev = NO_TIME if stream_time_before is None else stream_time_before
+    after = max(prev, batch_max) if batch_max is not None else prev
+    return df.withColumn("_sb", F.lit(prev).cast("long")), None if after == NO_TIME else after
