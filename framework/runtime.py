@@ -260,7 +260,8 @@ class Runtime:
                               stream_time=to_datetime(sta),
                               batch_duration_ms=int((time.monotonic() - started_at) * 1000))
                 if buffered is not None:
-                    values.update(suppression_emit_total=plan.emitted, suppression_buffer_count_current=buffered["count"],
+                    values.update(suppression_emit_total=plan.emitted,
+                                  suppression_buffer_count_current=buffered["count"],
                                   suppression_buffer_count_max=buffered["count_max"],
                                   suppression_buffer_size_current=buffered["size"],
                                   suppression_buffer_size_max=buffered["size_max"])
@@ -373,7 +374,7 @@ class Runtime:
         not matter. Small Spark jobs and Delta commits mostly wait on the driver (log listing,
         task launch), so they overlap well even on two cores."""
         with ThreadPoolExecutor(len(tasks), thread_name_prefix="batch") as pool:
-            futures = {step: pool.submit(inheritable_thread_target(task)) for step, task in tasks.items()}
+            futures = {step: pool.submit(inheritable_thread_target(self.spark)(task)) for step, task in tasks.items()}
         for step, future in futures.items():
             if future.exception() is not None:
                 self._step = step
