@@ -130,7 +130,7 @@ class Runtime:
         self._before_write = before_write or (lambda point: None)
         self.max_clock_skew = max_clock_skew
         self.partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-        self._ledgers: dict[str, tuple[int, list[Row]]] = {}  # ledger path -> a version and its rows
+        self._ledgers: dict[str, tuple[tuple[str, int], list[Row]]] = {}  # path -> (table id, version), rows
 
     def tables(self, p: Pipeline) -> state.Tables:
         """Paths of ``p``'s Delta tables."""
@@ -229,7 +229,7 @@ class Runtime:
         def claim() -> None:
             if not state.claim(self._ledger_frame(started), t.ledger,
                                state.WriteId(f"{p.name}.ledger.start", seq * ATTEMPTS + len(earlier)), attempt,
-                               seen, mergeSchema="true"):
+                               seen[1], mergeSchema="true"):
                 raise ConcurrentBatchError(
                     f"{where}: another runner started this batch at the same time; this attempt stopped before "
                     "writing. Re-run the batch: it completes or reports 'already committed'.")
@@ -295,7 +295,7 @@ class Runtime:
         self._write("ledger_commit", lambda: state.save(  # mergeSchema: ledgers from before windows_open
             self._ledger_frame(commit), t.ledger, state.WriteId(f"{p.name}.ledger.commit", seq), mergeSchema="true"))
         if not earlier:  # the claim and the commit made the next two versions, unless another writer came between
-            self._ledgers[t.ledger] = (seen + 2, [*rows, started, commit])
+            self._ledgers[t.ledger] = ((seen[0], seen[1] + 2), [*rows, started, commit])
         log.info("%s: committed seq=%d emitted=%d stream_time=%s in %.1f s", where, seq, plan.emitted,
                  to_datetime(sta), time.monotonic() - started_at)
         return BatchResult(p.name, batch_id, seq, "committed", plan.emitted, int(counts.get("late_records") or 0),
@@ -401,15 +401,15 @@ class Runtime:
     def _ledger_frame(self, row: Row) -> DataFrame:
         return self.spark.createDataFrame([row], state.LEDGER_SCHEMA)
 
-    def _read_ledger(self, path: str) -> tuple[int, list[Row]]:
-        """The ledger's version and rows; rows this runtime already knows at that version are
-        not read again (a Delta version never changes)."""
+    def _read_ledger(self, path: str) -> tuple[tuple[str, int], list[Row]]:
+        """The ledger's (table id, version) and rows; rows this runtime already knows at that
+        version of that table are not read again (a Delta version never changes)."""
         state.create(self.spark, path, state.LEDGER_SCHEMA)
-        seen = state.latest_version(self.spark, path)
+        seen = state.head(self.spark, path)
         known = self._ledgers.get(path)
         if known is not None and known[0] == seen:
             return known
-        return seen, state.read(self.spark, path, seen).collect()
+        return seen, state.read(self.spark, path, seen[1]).collect()
 
     def _write_state(self, p: Pipeline, outcome: engine.Outcome, wid: state.WriteId, sta: int | None,
                      kept) -> None:

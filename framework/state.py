@@ -98,13 +98,21 @@ def read(spark: SparkSession, path: str, version: int | None = None) -> DataFram
     return reader.load(path)
 
 
-def latest_version(spark: SparkSession, path: str) -> int | None:
-    """The table's current version, or None if it does not exist yet (reads the log's listing,
-    no Spark job: ``DeltaLog.update`` with its default arguments, called from Python)."""
+def head(spark: SparkSession, path: str) -> tuple[str, int] | None:
+    """The table's id (new when a table is created again at the same path) and current version,
+    or None if it does not exist yet (reads the log's listing, no Spark job: ``DeltaLog.update``
+    with its default arguments, called from Python)."""
     if not exists(spark, path):
         return None
     log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    return log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")()).version()
+    snapshot = log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")())
+    return snapshot.metadata().id(), snapshot.version()
+
+
+def latest_version(spark: SparkSession, path: str) -> int | None:
+    """The table's current version, or None if it does not exist yet."""
+    current = head(spark, path)
+    return None if current is None else current[1]
 
 
 def committed_by(spark: SparkSession, path: str, tag: str, recent: int = 5) -> bool:

@@ -99,6 +99,19 @@ def test_rerun_of_a_committed_batch_is_a_reported_noop(spark, warehouse):
     assert rt.ledger(p).filter("status = 'committed'").count() == 2
 
 
+def test_ledger_rows_a_runtime_knows_are_not_trusted_for_a_ledger_created_again(spark, warehouse):
+    """A runtime keeps the ledger rows it wrote (by version) to skip reading them back; a ledger
+    deleted and created again by another runtime reaches the same version with other rows."""
+    p = pipeline("recreated")
+    first, second = Runtime(spark, warehouse, quality=False), Runtime(spark, warehouse, quality=False)
+    run(first, p, 0)
+    shutil.rmtree(first.tables(p).root)
+    run(second, p, 1)
+    assert state.latest_version(spark, first.tables(p).ledger) == 2   # the version `first` knows
+    again = run(first, p, 1)
+    assert (again.status, again.seq) == ("already committed", 1)
+
+
 def test_batches_must_run_in_order(spark, warehouse):
     rt, p = Runtime(spark, warehouse, quality=False), pipeline("order")
     run(rt, p, 1)
