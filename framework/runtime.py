@@ -251,6 +251,8 @@ class Runtime:
                 quality.gate(self.spark, p, rows_out.drop("_gone"), published, batch_id, self.warehouse,
                              expectations_dir=self.expectations)
 
+            values: dict = {}  # the metrics row, returned in the BatchResult
+
             def metrics_row() -> DataFrame:  # counts windows open while the other tables are written
                 final, buffered, open_now = p.suppressed_final, plan.buffered, plan.open_now()
                 values.update(counts, records_in=inp.count, suppression_emit_total=plan.closed if final else 0,
@@ -267,7 +269,6 @@ class Runtime:
                                   suppression_buffer_size_max=buffered["size_max"])
                 return metrics.frame(self.spark, p.name, batch_id, seq, values)
 
-            values: dict = {}
             writes = {"state": lambda: self._write_state(p, outcome, wid("state"), sta, kept),
                       "records": lambda: self._write_records(p, outcome, wid("records")),
                       "buffer": lambda: self._write_buffer(p, outcome, wid("buffer")),
