@@ -6,42 +6,46 @@ What a replay of batches ``first .. last`` does:
   the state the replay changes, so replaying only the middle of the history would leave later
   results computed from state that no longer exists; such a range is refused, naming the later
   batches to include.
-- State goes back to the versions the ledger recorded for the batch before the range, by Delta
-  ``RESTORE``, table by table over the ledger's ``*_version`` columns (window state, sliding
-  records, suppression buffers, an updated sink: whatever the ledger versions). A version that
-  VACUUM (or log cleanup) removed stops the replay before anything is written.
-- The range then runs batch by batch through the ordinary batch protocol, under the same batch
-  ids and sequence numbers, so every row, emission batch and stream time is what a first run
-  over this input gives: replaying the same input again changes nothing.
-- What readers see changes in one Delta commit per table: the final rows of an append-only sink
-  are staged and replace the rows emitted in the range (``replaceWhere`` on
-  ``emitted_batch_id``); metrics and late records likewise (on ``seq``); the ledger, the commit
-  point, marks the range's old rows ``replaced`` and adds the new ``committed`` ones.
-- While it runs, the replay holds a *started* ledger row at the next sequence number, so the
-  ordinary next batch refuses to start. A replay that fails undoes its writes and removes that
-  row; one that was killed leaves it, and running the replay again completes it.
+- The range runs batch by batch through the ordinary batch protocol (``framework.runtime``),
+  starting from the state versions the ledger recorded for the batch before the range, under
+  the same batch ids and sequence numbers, so every row, emission batch and stream time is what
+  a first run over this input gives: replaying the same input again changes nothing. A version
+  that VACUUM (or log cleanup) removed stops the replay before anything is written.
+- State tables are advanced in place, as by any attempt: readers and later batches read them
+  only at the versions the ledger names, so until the replay commits its writes are invisible.
+  The per-batch logs (ledger, sink, metrics, late records) go to a staging folder.
+- The commit point is one ledger commit: the range's rows become ``replaced`` and the replayed
+  batches ``committed``. Like a batch's, it lands only if no other batch or replay committed
+  since the replay read the ledger: of two replays at once, or a replay and the next batch, one
+  wins and the other fails, having published nothing.
+- Then the staged rows are published, one commit per table: an append-only sink's rows emitted
+  in the range are replaced (``replaceWhere`` on ``emitted_batch_id``), a MERGEd sink goes back
+  to its version before the range and takes the range's changes, metrics and late records are
+  replaced on ``seq``. Whoever finds the replay committed and unpublished publishes it again.
 """
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from delta.tables import DeltaTable
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from . import state
+from . import sinks, state
 from .errors import ConcurrentBatchError, ReplayError
-from .runtime import BatchResult, Runtime
+from .runtime import PUBLICATION, BatchResult, Runtime
 from .topology import Pipeline
 
-CLAIM = "replay@"  # fingerprint of a replay's started row: "replay@<first seq of its range>"
-VERSION = "_version"
+if TYPE_CHECKING:
+    from pyspark.sql import Row
+
+STATE_TABLES = ("state", "records", "buffer")  # ledger columns <name>_version
 
 
 @dataclass(frozen=True)
@@ -67,27 +71,31 @@ class ReplayResult:
 
 @dataclass(frozen=True)
 class _Staged(state.Tables):
-    """A replay's tables: state in place (restored first), the per-batch logs (ledger, metrics,
-    late records, and an append-only sink) in a staging folder, published in one commit each."""
+    """A replay's tables: state in place, the per-batch logs (ledger, sink, metrics, late
+    records) in the replay's staging folder; a MERGEd sink keeps its deletes as tombstones."""
 
-    staging: str = ""
-    stage_output: bool = True
+    folder: str = ""
+    tombstones: bool = False
 
     @property
     def ledger(self) -> str:
-        return os.path.join(self.staging, "_ledger")
+        return os.path.join(self.folder, "_ledger")
 
     @property
     def late(self) -> str:
-        return os.path.join(self.staging, "late_records")
+        return os.path.join(self.folder, "late_records")
 
     @property
     def metrics(self) -> str:
-        return os.path.join(self.staging, "metrics")
+        return os.path.join(self.folder, "metrics")
 
     @property
     def output(self) -> str:
-        return os.path.join(self.staging, self.sink) if self.stage_output else super().output
+        return os.path.join(self.folder, self.sink)
+
+    @property
+    def staging(self) -> str:
+        return os.path.join(self.folder, "_staging")
 
 
 class _StagedRuntime(Runtime):
@@ -101,14 +109,18 @@ class _StagedRuntime(Runtime):
         return self._staged
 
 
+def _staged_tables(t: state.Tables, p: Pipeline, folder: str) -> _Staged:
+    return _Staged(t.root, t.sink, folder, tombstones=p.suppression is None)
+
+
 def replay(rt: Runtime, pipeline: Pipeline,
            batches: Iterable[ReplayBatch | tuple[str, DataFrame]]) -> ReplayResult:
     """Re-run committed batches ``batches`` (in order, through the last committed one) with
     their given input, replacing their results atomically (see the module docstring).
 
-    Raises ``ReplayError`` for a range that is not the committed tail, an unfinished batch, or
-    state that VACUUM removed; any failure of a batch (bad input, quality gate) undoes the replay
-    and leaves the pipeline as it was.
+    Raises ``ReplayError`` for a range that is not the committed tail or state that VACUUM
+    removed, and ``ConcurrentBatchError`` when another batch or replay committed first; any
+    failure of a batch (bad input, quality gate) leaves what readers see as it was.
 
     Example::
 
@@ -120,44 +132,59 @@ def replay(rt: Runtime, pipeline: Pipeline,
         raise ReplayError(f"pipeline {p.name!r}: a replay needs at least one batch")
     spark, t = rt.spark, rt.tables(p)
     where = f"pipeline {p.name!r}, replay of {todo[0].batch_id!r}..{todo[-1].batch_id!r}"
-    rows = state.read(spark, t.ledger).collect() if state.exists(spark, t.ledger) else []
+    seen, rows = rt._read_ledger(t.ledger)
     committed = sorted((r for r in rows if r.status == "committed"), key=lambda r: r.seq)
+    rt.finish(p, committed[-1] if committed else None)
     before, range_rows = _range(where, committed, [b.batch_id for b in todo])
     first, last = range_rows[0], range_rows[-1]
-    _check_pending(where, rows, last.seq + 1, first.seq)
-    restore_to = _restorable(rt, p, t, before, rows)
-    for name, (path, version) in restore_to.items():
-        _check_available(spark, where, name, path, version)
+    for name in STATE_TABLES:
+        path = _state_path(rt, p, t, name)
+        if path is not None and before is not None:
+            _check_available(spark, where, name, path, before[f"{name}_version"])
 
-    touched = {path: state.latest_version(spark, path)   # what a failed replay restores
-               for path in [*(path for path, _ in restore_to.values()), t.output, t.late, t.metrics]}
     attempt = uuid.uuid4().hex
-    known = {r.attempt for r in rows} | {attempt}
-    _claim(spark, where, t.ledger, known, last.seq + 1, first, last, attempt)
-    staged = _Staged(t.root, t.sink, os.path.join(t.root, "_replay", attempt), _appended(p))
-    tag = f"{p.name}.replay@{attempt}"
+    staged = _staged_tables(t, p, f"{t.staging}/{last.seq + 1}-{attempt}")
+    tag = f"{state.TAG}{p.name}.replay@{first.seq}:{attempt}"
     try:
-        restored = {name: _restore(spark, path, version, tag) for name, (path, version) in restore_to.items()}
-        _seed(spark, staged.ledger, before, restored)
-        staged_rt = _StagedRuntime(rt, staged)
-        results = tuple(staged_rt.run_batch(p, b.batch_id, b.input_df, b.batch_end) for b in todo)
+        _seed(spark, staged.ledger, before, state.read(spark, t.ledger, seen[1]).schema)
+        results = tuple(_StagedRuntime(rt, staged).run_batch(p, b.batch_id, b.input_df, b.batch_end) for b in todo)
         if [r.seq for r in results] != [r.seq for r in range_rows]:
             raise ReplayError(f"{where}: replayed sequence numbers {[r.seq for r in results]} differ from the "
                               f"committed ones {[r.seq for r in range_rows]}")
-        if _newcomers(spark, t.ledger, known):
-            raise ConcurrentBatchError(f"{where}: a batch started while the replay ran; the replay was undone. "
-                                       "Let that batch finish, then replay through it.")
-        removed = _publish(spark, p, t, staged, first, tag)
-        _commit(spark, t, staged, first, last, attempt, p)
+        removed = _emitted_since(spark, p, t, first.batch_id)
+        base = _output_base(where, p, first, before)
+        state.put_text(spark, f"{staged.folder}/{PUBLICATION}", json.dumps(
+            {"replay": True, "first_seq": first.seq, "first_batch_id": first.batch_id, "output_base": base}))
+        new_last = _commit(spark, where, t, staged, seen[1], first, last, attempt, tag)
     except BaseException as e:
-        _undo(spark, touched, t.ledger, attempt, tag)
+        state.remove(spark, staged.folder)
+        if isinstance(e, ConcurrentBatchError):  # fenced out, in a replayed batch or at the end
+            raise ConcurrentBatchError(f"{where}: another batch or replay committed while this replay ran; this "
+                                       "replay published nothing. Run it again over the range as it is now.") from e
         if isinstance(e, (Py4JJavaError, PySparkException)):
-            raise ReplayError(f"{where}: failed: {_first_line(e)}. The replay was undone; fix the cause (see the "
+            raise ReplayError(f"{where}: failed: {_first_line(e)}. Nothing was published; fix the cause (see the "
                               "chained Spark error) and run it again.") from e
         raise
-    finally:
-        _remove(spark, staged.staging)
+    rt.finish(p, new_last)
     return ReplayResult(p.name, first.batch_id, last.batch_id, results, removed, sum(r.emitted for r in results))
+
+
+def _output_base(where: str, p: Pipeline, first: Row, before: Row | None) -> int | None:
+    """The version of a MERGEd sink before the range: recorded by its first batch (or, in a
+    ledger from before ``output_base``, by the batch before it as ``output_version``)."""
+    if p.suppression is not None or before is None:
+        return None
+    if first.asDict().get("output_base") is not None:
+        return first["output_base"]
+    if before["output_version"] is not None:
+        return before["output_version"]
+    raise ReplayError(f"{where}: batch {first.batch_id!r} was itself replayed inside a longer range, so the "
+                      "results table never existed as it was before it; replay from the start of that range")
+
+
+def _state_path(rt: Runtime, p: Pipeline, t: state.Tables, name: str) -> str | None:
+    """The path of state table ``name`` (a ledger ``<name>_version`` column), if ``p`` has it."""
+    return rt._buffer_path(p) if name == "buffer" else getattr(t, name)
 
 
 # ---- checks before anything is written -------------------------------------------------------
@@ -180,49 +207,6 @@ def _range(where: str, committed: list, ids: list[str]) -> tuple:
             f"{expected[-1]!r} (the range must end there)")
     raise ReplayError(f"{where}: the batches must be the committed ones from {ids[0]!r} on, in order: "
                       f"expected {expected}, got {ids}")
-
-
-def _check_pending(where: str, rows: list, next_seq: int, first_seq: int) -> None:
-    """Refuse an unfinished ordinary batch, and an unfinished replay of a range that starts
-    earlier than this one (its partial writes may lie before this range); later ones are
-    superseded."""
-    for r in rows:
-        if r.status != "started" or r.seq != next_seq:
-            continue
-        if not (r.fingerprint or "").startswith(CLAIM):
-            raise ReplayError(f"{where}: batch {r.batch_id!r} (seq {r.seq}) was started and not committed; "
-                              "re-run it first, then replay through it")
-        if int(r.fingerprint[len(CLAIM):]) < first_seq:
-            raise ReplayError(f"{where}: an unfinished {r.batch_id} must be completed first: "
-                              "re-run it, or replay a range that starts where it starts or earlier")
-
-
-def _appended(p: Pipeline) -> bool:
-    """Whether the sink is append-only, its rows stamped with the batch that emitted them (as
-    ``sinks.publish`` writes it: final results, or a log of rate-limited updates)."""
-    return p.suppression is not None
-
-
-def _restorable(rt: Runtime, p: Pipeline, t: state.Tables, before, rows) -> dict[str, tuple[str, int | None]]:
-    """Per table the ledger versions (its ``*_version`` columns), updated in place by batches:
-    its path and its version as of the batch before the range (None: it did not exist then).
-    Column ``<name>_version`` names the table ``Tables.<name>``, or for a table whose path
-    depends on the pipeline (a named suppression buffer) ``Runtime._<name>_path(p)``."""
-    columns = [c for c in (rows[0].asDict() if rows else {}) if c.endswith(VERSION)]
-    out = {}
-    for column in columns:
-        name = column[:-len(VERSION)]
-        if name == "output" and _appended(p):
-            continue  # append-only: its range rows are replaced, not restored
-        path = getattr(t, name, None)
-        if not isinstance(path, str) and hasattr(rt, f"_{name}_path"):
-            path = getattr(rt, f"_{name}_path")(p)
-            if path is None:
-                continue  # the pipeline has no such table
-        if not isinstance(path, str):
-            raise ReplayError(f"pipeline {p.name!r}: ledger column {column!r} names no table of the pipeline")
-        out[name] = (path, before[column] if before is not None else None)
-    return out
 
 
 def _first_line(e: Exception) -> str:
@@ -251,57 +235,37 @@ def _check_available(spark: SparkSession, where: str, name: str, path: str, vers
 
 
 # ---- writing ---------------------------------------------------------------------------------
-def _claim(spark: SparkSession, where: str, ledger: str, known: set[str], seq: int, first, last,
-           attempt: str) -> None:
-    """Append the replay's *started* row at ``seq``; ordinary batches refuse to start while it
-    is pending. Written, then checked: of two runners that claim at once, neither or one goes on."""
-    row = {**last.asDict(), "seq": seq, "batch_id": f"replay {first.batch_id}..{last.batch_id}",
-           "status": "started", "attempt": attempt, "fingerprint": f"{CLAIM}{first.seq}", "records_in": None,
-           "stream_time": None, "at": dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)}
-    row.update({c: None for c in row if c.endswith(VERSION)})
-    schema = state.read(spark, ledger).schema
-    frame = spark.createDataFrame([tuple(row[f] for f in schema.fieldNames())], schema)
-    state.tagged(spark, ledger, attempt, lambda: frame.write.format("delta").mode("append").save(ledger))
-    if _newcomers(spark, ledger, known):
-        state.tagged(spark, ledger, attempt,
-                     lambda: DeltaTable.forPath(spark, ledger).delete(F.col("attempt") == attempt))
-        raise ConcurrentBatchError(f"{where}: another batch or replay started at the same time; this replay "
-                                   "stopped before writing. Run it again once that one has finished.")
-
-
-def _newcomers(spark: SparkSession, ledger: str, known: set[str]) -> bool:
-    """Whether a ledger row was written by another runner since the replay read the ledger."""
-    return bool(state.read(spark, ledger).filter(~F.col("attempt").isin(*known)).limit(1).collect())
-
-
-def _restore(spark: SparkSession, path: str, version: int | None, tag: str) -> int | None:
-    """Bring ``path`` back to ``version`` (None: empty); the version that now holds that content."""
-    if not state.exists(spark, path):
-        return None
-    table = DeltaTable.forPath(spark, path)
-    if version is None:
-        state.tagged(spark, path, tag, lambda: table.delete())
-        return None
-    state.tagged(spark, path, tag, lambda: table.restoreToVersion(version))
-    return state.latest_version(spark, path)
-
-
-def _seed(spark: SparkSession, ledger: str, before, restored: dict[str, int | None]) -> None:
-    """The staging ledger: the batch before the range, pointing at the restored versions."""
+def _seed(spark: SparkSession, ledger: str, before: Row | None, schema) -> None:
+    """The staging ledger: the batch before the range, as committed (its state versions)."""
     state.create(spark, ledger, state.LEDGER_SCHEMA)
-    if before is None:
-        return
-    row = before.asDict()
-    row.update({c: None for c in row if c.endswith(VERSION)})
-    row.update({f"{name}{VERSION}": version for name, version in restored.items()})
-    schema = state.read(spark, ledger).schema
-    spark.createDataFrame([tuple(row.get(f) for f in schema.fieldNames())], schema) \
-        .write.format("delta").mode("append").save(ledger)
+    if before is not None:
+        state.save(spark.createDataFrame([tuple(before)], schema), ledger, f"{state.TAG}seed", mergeSchema="true")
 
 
-def _sql_string(text: str) -> str:
-    """``text`` as a Spark SQL string literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+def _emitted_since(spark: SparkSession, p: Pipeline, t: state.Tables, first_batch_id: str) -> int:
+    """Rows of an append-only sink emitted from ``first_batch_id`` on."""
+    if p.suppression is None or not state.exists(spark, t.output):
+        return 0
+    return state.read(spark, t.output).filter(F.col("emitted_batch_id") >= first_batch_id).count()
+
+
+def _commit(spark: SparkSession, where: str, t: state.Tables, staged: _Staged, read_version: int, first, last,
+            attempt: str, tag: str) -> Row:
+    """The commit point, one ledger commit: the range's rows become 'replaced' and the replayed
+    batches 'committed' (under the replay's attempt, which names its staging folder). Fenced
+    like a batch's commit; returns the new last committed row."""
+    old = state.read(spark, t.ledger, read_version).filter(F.col("seq") >= first.seq)
+    status = F.when((F.col("status") == "committed") & (F.col("seq") <= last.seq), "replaced").otherwise(F.col("status"))
+    new = (state.read(spark, staged.ledger).filter((F.col("status") == "committed") & (F.col("seq") >= first.seq))
+           .withColumn("attempt", F.lit(attempt))   # the staged sink's versions mean nothing here:
+           .withColumn("output_base", F.when(F.col("seq") == first.seq, F.lit(first.asDict().get("output_base")))
+                       .cast("long")))              # the range is published at once, from before its first
+    rows = old.withColumn("status", status).unionByName(new, allowMissingColumns=True).localCheckpoint()
+    made = state.commit_point(rows, t.ledger, read_version, tag, "overwrite",
+                              replaceWhere=f"seq >= {int(first.seq)}", mergeSchema="true")
+    if made is None:
+        raise ConcurrentBatchError(f"{where}: fenced out at its commit point")
+    return new.orderBy(F.desc("seq")).limit(1).collect()[0]
 
 
 def _replace(spark: SparkSession, source: str, target: str, where: str, tag: str) -> None:
@@ -316,47 +280,14 @@ def _replace(spark: SparkSession, source: str, target: str, where: str, tag: str
     state.tagged(spark, target, tag, lambda: writer.save(target))
 
 
-def _publish(spark: SparkSession, p: Pipeline, t: state.Tables, staged: _Staged, first, tag: str) -> int:
-    """Replace the range's final rows, metrics and late records; the number of final rows replaced."""
-    removed = 0
-    if staged.stage_output:
-        emitted_in_range = f"emitted_batch_id >= {_sql_string(first.batch_id)}"
-        if state.exists(spark, t.output):
-            removed = state.read(spark, t.output).filter(emitted_in_range).count()
-        _replace(spark, staged.output, t.output, emitted_in_range, tag)
+def publish_range(rt: Runtime, p: Pipeline, t: state.Tables, folder: str, spec: dict, tag: str) -> None:
+    """Publish a committed replay's staged rows (idempotent: run again by whoever finds it staged)."""
+    spark, staged = rt.spark, _staged_tables(t, p, folder)
+    if state.exists(spark, staged.output):
+        sinks.replace_range(p, state.read(spark, staged.output), t.output, spec["first_batch_id"],
+                            spec["output_base"], tag)
+    elif p.suppression is not None and state.exists(spark, t.output):  # the range now emits nothing
+        empty = spark.createDataFrame([], state.read(spark, t.output).schema)
+        sinks.replace_range(p, empty, t.output, spec["first_batch_id"], None, tag)
     for source, target in ((staged.late, t.late), (staged.metrics, t.metrics)):
-        _replace(spark, source, target, f"seq >= {int(first.seq)}", tag)
-    return removed
-
-
-def _commit(spark: SparkSession, t: state.Tables, staged: _Staged, first, last, attempt: str, p: Pipeline) -> None:
-    """The commit point, one ledger commit: the range's rows become 'replaced', the replay's
-    claim 'replayed' (superseded claims 'abandoned'), and the replayed batches 'committed'."""
-    old = state.read(spark, t.ledger).filter(F.col("seq") >= first.seq)
-    status = (F.when((F.col("status") == "committed") & (F.col("seq") <= last.seq), "replaced")
-              .when(F.col("attempt") == attempt, "replayed")
-              .when((F.col("status") == "started") & F.col("fingerprint").startswith(CLAIM), "abandoned")
-              .otherwise(F.col("status")))
-    new = state.read(spark, staged.ledger).filter((F.col("status") == "committed") & (F.col("seq") >= first.seq))
-    if staged.stage_output:
-        new = new.withColumn(f"output{VERSION}", F.lit(state.latest_version(spark, t.output)).cast("long"))
-    rows = old.withColumn("status", status).unionByName(new, allowMissingColumns=True).localCheckpoint()
-    state.tagged(spark, t.ledger, f"{p.name}.replay@{attempt}", lambda: rows.write.format("delta")
-                 .mode("overwrite").option("replaceWhere", f"seq >= {int(first.seq)}").option("mergeSchema", "true")
-                 .save(t.ledger))
-
-
-def _undo(spark: SparkSession, touched: dict[str, int | None], ledger: str, attempt: str, tag: str) -> None:
-    """After a failure: every table back to its version before the replay, the claim removed."""
-    for path, version in touched.items():
-        if state.exists(spark, path) and state.latest_version(spark, path) != version:
-            _restore(spark, path, version, tag)
-    state.tagged(spark, ledger, tag, lambda: DeltaTable.forPath(spark, ledger).delete(
-        (F.col("attempt") == attempt) & (F.col("status") == "started")))
-
-
-def _remove(spark: SparkSession, path: str) -> None:
-    """Delete a folder on whatever file system holds it (local, HDFS, object stores)."""
-    jvm = spark._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    hadoop_path.getFileSystem(spark._jsc.hadoopConfiguration()).delete(hadoop_path, True)
+        _replace(spark, source, target, f"seq >= {int(spec['first_seq'])}", tag)

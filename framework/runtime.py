@@ -1,26 +1,31 @@
-"""The batch protocol: run one batch of a pipeline exactly once.
+"""The batch protocol: run one batch of a pipeline exactly once, whatever else runs.
 
-1. Read the ledger: a committed batch id is a no-op (same input) or a loud error (other input);
-   ids must increase; a started-but-unfinished batch must be finished first.
-2. Validate the input (one pass, while the ledger is read), append a *started* ledger row.
-3. Plan the batch from state as of the last committed batch (Delta time travel), while the
-   started row commits.
-4. Write each table at most once (commits tagged with the batch, see ``state``), all at the
-   same time: window state, kept records, results, late records, metrics.
-5. Append the *committed* ledger row: the commit point. Readers of ``read_output`` see results
-   as of the last committed batch.
+1. Read the ledger (its version is the attempt's *fence*) and validate the input, at once.
+   Finish publishing the last committed batch if its publication was cut short (step 6).
+   A committed batch id is a no-op (same input) or a loud error (other input); ids increase.
+2. Plan the batch from state as of the versions the last committed batch recorded (Delta time
+   travel): planning is deterministic from those versions and the input.
+3. Audit the results (write-audit-publish). Nothing has been written yet, so a failed gate, a
+   full strict buffer or input that fails while planning leaves nothing behind.
+4. Write, all at the same time: each state table *advanced* from its recorded version
+   (``state.advance``: whatever an attempt that never committed left there is undone first),
+   and the sink rows and late records *staged* under ``_staging/<seq>-<attempt>``.
+5. Append the ledger row (versions written, metrics) with ``state.commit_point``: Delta commits
+   it only if no other batch or replay committed since the attempt read the ledger. This is
+   the commit point; of overlapping attempts exactly one passes it, the others stop here.
+6. Publish: append the staged rows to the sink, late records and metrics tables (each once:
+   Delta's transaction id skips a repeat), then remove the staging folder. Whoever finds a
+   committed batch still staged (the committing attempt died) publishes it the same way.
 
-Steps overlap because a batch is mostly small Spark jobs and Delta commits that wait on the
-driver; the order that matters (claim before writes, writes before the commit) is kept.
-
-A crash between any two writes leaves the ledger at the previous batch; re-running the batch
-replans from the same state and skips the writes that already landed. Of two runners of one
-batch, the one whose *started* row lands claims it; the other stops before writing anything.
+No attempt ever holds a claim, so nothing wedges: a batch that failed anywhere before step 5
+is re-run with the same or corrected input as if it had never run. Other writers' commits
+(``OPTIMIZE``, table properties, ``VACUUM``) change no rows and fence out nothing.
 """
 from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import logging
 import time
 import uuid
@@ -41,13 +46,14 @@ from .errors import (BatchFailedError, BatchOrderError, BufferFullError, Concurr
 from .sources import check_drift, read_batch
 from .streamtime import arrival_order, at_batch_start, to_datetime, to_epoch_millis, with_stream_time
 from .topology import Pipeline
-from .windows import SlidingWindows, TimeWindows
+from .windows import TimeWindows
 
 log = logging.getLogger("framework.runtime")
 
 SCAN_RECORDS_PER_PARTITION = 200_000  # below this a batch's stream-time scan runs as one task
-ATTEMPTS = 1_000_000  # ledger 'started' rows: txnVersion = seq * ATTEMPTS + earlier attempts of the batch
-WRITE_POINTS = ("ledger_start", "state", "records", "buffer", "output", "late_records", "metrics", "ledger_commit")
+WRITE_POINTS = ("state", "records", "buffer", "output", "late_records", "ledger_commit", "publish")
+PUBLICATION = "_publish.json"  # in a staging folder: what to publish once its attempt committed
+ATTEMPTED = "_batch_id"        # in a staging folder: the batch its attempt runs
 
 
 _LEDGER_ROW = Row(*(field.split()[0] for field in state.LEDGER_SCHEMA.split(", ")))
@@ -138,7 +144,7 @@ class Runtime:
 
     # ---- reading ---------------------------------------------------------------------------
     def ledger(self, p: Pipeline) -> DataFrame:
-        """The batch ledger: a 'started' and a 'committed' row per batch."""
+        """The batch ledger: a 'committed' row per batch ('replaced' once a replay re-ran it)."""
         return state.read(self.spark, self.tables(p).ledger)
 
     def _last_commit(self, p: Pipeline):
@@ -149,11 +155,10 @@ class Runtime:
         return rows[0] if rows else None
 
     def read_output(self, p: Pipeline) -> DataFrame:
-        """The results table as of the last committed batch."""
-        last = self._last_commit(p)
-        if last is None or last.output_version is None:
+        """The results table: the published results of committed batches."""
+        if not state.exists(self.spark, self.tables(p).output):
             raise FrameworkError(f"pipeline {p.name!r}: no batch has produced results yet")
-        return state.read(self.spark, self.tables(p).output, last.output_version)
+        return state.read(self.spark, self.tables(p).output)
 
     def read_metrics(self, p: Pipeline) -> DataFrame:
         """One metrics row per committed batch."""
@@ -198,6 +203,8 @@ class Runtime:
         last = max(committed.values(), key=lambda r: r.seq, default=None)
         where = self._where
         check_drift(p, batch_id, input_df, last.input_schema if last else None)
+        self._step = "publishing the last committed batch"
+        pending = self.finish(p, last)
         if batch_id in committed:
             done = committed[batch_id]
             if done.fingerprint != inp.fingerprint:
@@ -210,97 +217,141 @@ class Runtime:
             raise BatchOrderError(f"{where}: out of order: batch {last.batch_id!r} (seq {last.seq}) is already "
                                   "committed and batch ids must increase.")
         seq = last.seq + 1 if last else 1
-        for r in rows:
-            if r.status == "started" and r.seq == seq and (r.batch_id, r.fingerprint) != (batch_id, inp.fingerprint):
-                raise BatchOrderError(
-                    f"{where}: batch {r.batch_id!r} (seq {seq}) was started and not committed; re-run it with "
-                    "its original input first (its partial writes are replayed idempotently).")
         if last is not None and last.definition != _definition(p):
             raise DefinitionError(f"{where}: the pipeline definition changed incompatibly since batch "
                                   f"{last.batch_id!r}: was [{last.definition}], now [{_definition(p)}]. "
                                   "State cannot be reinterpreted; create a pipeline with a new name.")
 
+        self._check_unfinished(t, pending, seq, batch_id)
         attempt = uuid.uuid4().hex
-        stb = last.stream_time if last else None
-        earlier = {r.attempt for r in rows if r.status == "started" and r.seq == seq}
-
-        started = self._ledger_row(seq, batch_id, "started", attempt, inp, stb, None, {}, p)
-
-        def claim() -> None:
-            if not state.claim(self._ledger_frame(started), t.ledger,
-                               state.WriteId(f"{p.name}.ledger.start", seq * ATTEMPTS + len(earlier)), attempt,
-                               seen[1], mergeSchema="true"):
-                raise ConcurrentBatchError(
-                    f"{where}: another runner started this batch at the same time; this attempt stopped before "
-                    "writing. Re-run the batch: it completes or reports 'already committed'.")
-
-        def wid(table: str) -> state.WriteId:
-            return state.WriteId(f"{p.name}.{table}", seq, resumed=bool(earlier))
-
+        staging = f"{t.staging}/{seq}-{attempt}"
+        state.put_text(self.spark, f"{staging}/{ATTEMPTED}", batch_id)
         kept = _Kept()
-        try:  # planning only reads, so it runs while the claim commits
-            plan = self._concurrently({"writing 'ledger_start'": lambda: self._write("ledger_start", claim),
-                                       "reading state and planning": lambda: self._plan(p, batch_id, seq, inp, last,
-                                                                                        batch_end, kept)})[1]
+        try:
+            self._step = "reading state and planning"
+            plan = self._plan(p, batch_id, seq, inp, last, batch_end, kept)
             outcome, sta, counts = plan.outcome, plan.stream_time, plan.counts
             rows_out = sinks.shape(p, outcome.results, batch_id, sta)
             self._step = "auditing the results"
             if plan.emitted and self.quality and p.suppression is not None:
                 from . import quality  # GX loads only in processes that have final or rate-limited rows to audit
-                published = self._as_of(t.output, last.output_version if last else None)
+                published = state.read(self.spark, t.output) if state.exists(self.spark, t.output) else None
                 quality.gate(self.spark, p, rows_out.drop("_gone"), published, batch_id, self.warehouse,
                              expectations_dir=self.expectations)
 
-            values: dict = {}  # the metrics row, returned in the BatchResult
+            def tag(table: str) -> str:
+                return f"{state.TAG}{p.name}.{table}@{seq}:{attempt}"
 
-            def metrics_row() -> DataFrame:  # counts windows open while the other tables are written
-                final, buffered, open_now = p.suppressed_final, plan.buffered, plan.open_now()
-                values.update(counts, records_in=inp.count, suppression_emit_total=plan.closed if final else 0,
-                              windows_open=open_now, windows_closed=plan.closed,
-                              suppression_buffer_count_current=open_now if final else None,
-                              suppression_buffer_count_max=(open_now + plan.closed) if final else None,
-                              stream_time=to_datetime(sta),
-                              batch_duration_ms=int((time.monotonic() - started_at) * 1000))
-                if buffered is not None:
-                    values.update(suppression_emit_total=plan.emitted,
-                                  suppression_buffer_count_current=buffered["count"],
-                                  suppression_buffer_count_max=buffered["count_max"],
-                                  suppression_buffer_size_current=buffered["size"],
-                                  suppression_buffer_size_max=buffered["size_max"])
-                return metrics.frame(self.spark, p.name, batch_id, seq, values)
+            def base(table: str) -> int | None:
+                return last[f"{table}_version"] if last is not None and f"{table}_version" in last else None
 
-            writes = {"state": lambda: self._write_state(p, outcome, wid("state"), sta, kept),
-                      "records": lambda: self._write_records(p, outcome, wid("records")),
-                      "buffer": lambda: self._write_buffer(p, outcome, wid("buffer")),
-                      "metrics": lambda: state.append(metrics_row(), t.metrics, wid("metrics"))}
+            writes = {"state": lambda: self._write_state(p, outcome, base("state"), tag("state"), sta, kept),
+                      "records": lambda: self._write_records(p, outcome, base("records"), tag("records")),
+                      "buffer": lambda: self._write_buffer(p, outcome, base("buffer"), tag("buffer"))}
             if plan.emitted:
-                writes["output"] = lambda: sinks.publish(p, rows_out, t.output, wid("output"))
+                writes["output"] = lambda: state.save(sinks.staged(p, rows_out), f"{staging}/output", tag("staged"))
             if counts.get("late_records"):
                 late = outcome.late.select(*p.keys, F.timestamp_millis("_ts").alias("event_time"),
                                            F.timestamp_millis("_sb").alias("stream_time_before"),
                                            F.lit(batch_id).alias("batch_id"), F.lit(seq).cast("long").alias("seq"),
                                            F.to_json(F.struct(*[F.col(c) for c in input_df.columns])).alias("record"))
-                writes["late_records"] = lambda: state.append(late, t.late, wid("late"))
-            self._concurrently({f"writing {point!r}": lambda point=point, action=action: self._write(point, action)
-                                for point, action in writes.items()})
+                writes["late_records"] = lambda: state.save(late, f"{staging}/late_records", tag("staged"))
+            written = dict(zip(writes, self._concurrently({
+                f"writing {point!r}": lambda point=point, action=action: self._write(point, action)
+                for point, action in writes.items()})))
+            values = self._metrics(p, plan, inp, started_at)
         finally:
             kept.release()
 
-        versions = {"state": state.latest_version(self.spark, t.state),
-                    "records": state.latest_version(self.spark, t.records)
-                    if isinstance(p.windows, SlidingWindows) else None,
-                    "buffer": state.latest_version(self.spark, self._buffer_path(p)) if p.rate_limited else None,
-                    "output": state.latest_version(self.spark, t.output) if plan.emitted or last is None
-                    else last.output_version}
-        commit = self._ledger_row(seq, batch_id, "committed", attempt, inp, stb, sta, versions, p, plan.open_now())
-        self._write("ledger_commit", lambda: state.save(  # mergeSchema: ledgers from before windows_open
-            self._ledger_frame(commit), t.ledger, state.WriteId(f"{p.name}.ledger.commit", seq), mergeSchema="true"))
-        if not earlier:  # the claim and the commit made the next two versions, unless another writer came between
-            self._ledgers[t.ledger] = ((seen[0], seen[1] + 2), [*rows, started, commit])
+        versions = {name: written.get(name, base(name)) for name in ("state", "records", "buffer")}
+        state.put_text(self.spark, f"{staging}/{PUBLICATION}", json.dumps({"replay": False}))
+        commit = self._ledger_row(p, seq, batch_id, attempt, inp, last, sta, versions, values,
+                                  output_base=state.latest_version(self.spark, t.output))
+        self._write("ledger_commit", lambda: self._commit(p, t.ledger, seen, rows, commit, tag("ledger")))
+        self._write("publish", lambda: self.finish(p, commit))
         log.info("%s: committed seq=%d emitted=%d stream_time=%s in %.1f s", where, seq, plan.emitted,
                  to_datetime(sta), time.monotonic() - started_at)
         return BatchResult(p.name, batch_id, seq, "committed", plan.emitted, int(counts.get("late_records") or 0),
                            to_datetime(sta), values)
+
+    def _commit(self, p: Pipeline, path: str, seen: tuple[str, int], rows: list[Row], commit: Row, tag: str) -> None:
+        """Pass the commit point, or stop: another batch or replay committed since the ledger was read."""
+        made = state.commit_point(self._ledger_frame(commit), path, seen[1], tag, mergeSchema="true")
+        if made is None:
+            raise ConcurrentBatchError(
+                f"{self._where}: another attempt of this batch (or a replay) committed first; this attempt "
+                "published nothing. Re-run the batch: it reports 'already committed' or runs on the new state.")
+        if made == seen[1] + 1:  # nothing came between: the ledger this runtime knows is current
+            self._ledgers[path] = ((seen[0], made), [*rows, commit])
+
+    def _metrics(self, p: Pipeline, plan: "_Plan", inp, started_at: float) -> dict:
+        """The batch's metrics row (KIP-328 names), recorded in its ledger row and published."""
+        final, buffered, open_now = p.suppressed_final, plan.buffered, plan.open_now()
+        values = dict(plan.counts, records_in=inp.count, suppression_emit_total=plan.closed if final else 0,
+                      windows_open=open_now, windows_closed=plan.closed,
+                      suppression_buffer_count_current=open_now if final else None,
+                      suppression_buffer_count_max=(open_now + plan.closed) if final else None,
+                      stream_time=to_datetime(plan.stream_time),
+                      batch_duration_ms=int((time.monotonic() - started_at) * 1000))
+        if buffered is not None:
+            values.update(suppression_emit_total=plan.emitted,
+                          suppression_buffer_count_current=buffered["count"],
+                          suppression_buffer_count_max=buffered["count_max"],
+                          suppression_buffer_size_current=buffered["size"],
+                          suppression_buffer_size_max=buffered["size_max"])
+        return values
+
+    # ---- publishing ------------------------------------------------------------------------
+    def finish(self, p: Pipeline, last: Row | None) -> list[str]:
+        """Publish committed batch ``last`` if it is still staged, and remove the staging
+        folders of attempts that can no longer commit (an attempt of a committed sequence
+        number that is not the committed one). Idempotent: safe to run again at any point.
+        Returns the staging folders left: attempts of later batches, maybe still running."""
+        t, left = self.tables(p), []
+        for name in state.list_names(self.spark, t.staging):
+            seq, _, attempt = name.partition("-")
+            folder = f"{t.staging}/{name}"
+            if last is not None and attempt == last.attempt:
+                self._publish(p, t, folder, last)
+            elif last is None or not seq.isdigit() or int(seq) > last.seq:
+                left.append(name)
+                continue
+            state.remove(self.spark, folder)
+        return left
+
+    def _check_unfinished(self, t: state.Tables, pending: list[str], seq: int, batch_id: str) -> None:
+        """Refuse to run a batch while an attempt of an earlier batch id at the same sequence
+        number did not commit (it failed, or still runs): its records would be skipped. That
+        batch may be re-run with corrected input; nothing else needs it."""
+        for name in pending:
+            if name.startswith(f"{seq}-"):
+                other = state.get_text(self.spark, f"{t.staging}/{name}/{ATTEMPTED}")
+                if other is not None and other != batch_id:
+                    raise BatchOrderError(
+                        f"{self._where}: batch {other!r} (seq {seq}) was attempted and has not committed (it "
+                        f"failed, or still runs); run it to completion first, with its input corrected if "
+                        "need be, so that its records are not skipped.")
+
+    def _publish(self, p: Pipeline, t: state.Tables, folder: str, last: Row) -> None:
+        spec = json.loads(state.get_text(self.spark, f"{folder}/{PUBLICATION}") or "{}")
+        tag = f"{state.TAG}{p.name}.publish@{last.seq}:{last.attempt}"
+        if spec.get("replay"):
+            from .replay import publish_range
+            publish_range(self, p, t, folder, spec, tag)
+            return
+        staged = f"{folder}/output"
+        if state.exists(self.spark, staged):
+            sinks.publish(p, state.read(self.spark, staged), t.output, last.seq, tag,
+                          tombstones=getattr(t, "tombstones", False))
+        once = {"txnAppId": state.LEDGER_APP, "txnVersion": str(last.seq)}
+        if state.exists(self.spark, f"{folder}/late_records"):
+            state.save(state.read(self.spark, f"{folder}/late_records"), t.late, tag, **once)
+        state.save(self._metrics_frame(p, last), t.metrics, tag, **once)
+
+    def _metrics_frame(self, p: Pipeline, row: Row) -> DataFrame:
+        values = json.loads(row.metrics)
+        values["stream_time"] = to_datetime(row.stream_time)
+        return metrics.frame(self.spark, p.name, row.batch_id, row.seq, values)
 
     def _plan(self, p: Pipeline, batch_id: str, seq: int, inp, last, batch_end: dt.datetime | None,
               kept: _Kept) -> _Plan:
@@ -354,17 +405,18 @@ class Runtime:
         return replay(self, pipeline, batches)
 
     # ---- helpers ---------------------------------------------------------------------------
-    def _write(self, point: str, action: Callable[[], None]) -> None:
+    def _write(self, point: str, action: Callable[[], object]) -> object:
         self._step = f"writing {point!r}"
         self._before_write(point)
         try:
-            action()
-        except Exception as e:  # Delta reports a lost race as Concurrent*Exception
-            if "Concurrent" not in type(e).__name__ + str(e)[:300]:
+            return action()
+        except Exception as e:
+            if not state.lost_race(e):
                 raise
             raise ConcurrentBatchError(
-                f"{self._where}: another runner wrote {point!r} at the same time; this attempt "
-                "stopped. Re-run the batch: it completes idempotently or reports 'already committed'.") from e
+                f"{self._where}: another attempt or writer changed {point!r} at the same time; this attempt "
+                "stopped before its commit point. Re-run the batch: it runs again or reports 'already "
+                "committed'.") from e
 
     def _concurrently(self, tasks: dict[str, Callable[[], object]]) -> list:
         """Run ``tasks`` (named by their step) at the same time and return their results in order;
@@ -392,12 +444,17 @@ class Runtime:
     def _as_of(self, path: str, version: int | None) -> DataFrame | None:
         return None if version is None else state.read(self.spark, path, version)
 
-    def _ledger_row(self, seq, batch_id, status, attempt, inp, stb, sta, versions, p,
-                    windows_open: int | None = None) -> Row:
-        return _LEDGER_ROW(seq, batch_id, status, attempt, inp.fingerprint, inp.count, stb, sta,
-                           versions.get("state"), versions.get("records"), versions.get("output"),
-                           inp.schema_json, _definition(p), dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
-                           versions.get("buffer"), windows_open)
+    def _ledger_row(self, p: Pipeline, seq: int, batch_id: str, attempt: str, inp, last: Row | None,
+                    sta: int | None, versions: dict, values: dict, output_base: int | None) -> Row:
+        row = dict.fromkeys(_LEDGER_ROW)
+        row.update(seq=seq, batch_id=batch_id, status="committed", attempt=attempt, fingerprint=inp.fingerprint,
+                   records_in=inp.count, stream_time_before=last.stream_time if last else None, stream_time=sta,
+                   state_version=versions.get("state"), records_version=versions.get("records"),
+                   buffer_version=versions.get("buffer"), input_schema=inp.schema_json, definition=_definition(p),
+                   at=dt.datetime.now(dt.timezone.utc).replace(tzinfo=None), windows_open=values.get("windows_open"),
+                   output_base=output_base,
+                   metrics=json.dumps({k: v for k, v in values.items() if k != "stream_time"}))
+        return _LEDGER_ROW(*row.values())
 
     def _ledger_frame(self, row: Row) -> DataFrame:
         return self.spark.createDataFrame([row], state.LEDGER_SCHEMA)
@@ -412,16 +469,15 @@ class Runtime:
             return known
         return seen, state.read(self.spark, path, seen[1]).collect()
 
-    def _write_state(self, p: Pipeline, outcome: engine.Outcome, wid: state.WriteId, sta: int | None,
-                     kept) -> None:
+    def _write_state(self, p: Pipeline, outcome: engine.Outcome, base: int | None, tag: str, sta: int | None,
+                     kept) -> int | None:
         path = self.tables(p).state
         if outcome.state_rewrite is not None:
             rows, replaced = outcome.state_rewrite
             state.create(self.spark, path, rows.schema, partition_by="_bucket")
-            state.rewrite(rows, path, replaced, wid)
-            return
+            return state.advance(self.spark, path, base, tag, lambda: state.rewrite(rows, path, replaced, tag))
         if outcome.state_changes is None:
-            return
+            return base
         changes = kept(outcome.state_changes)
         columns = [c for c in changes.columns if c != "_gone"]
         state.create(self.spark, path, changes.select(*columns).schema, partition_by="_bucket")
@@ -429,29 +485,36 @@ class Runtime:
         on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in ident)
         due = f"s._close <= {sta if sta is not None else engine.NO_TIME}"
         values = {f"`{c}`": f"s.`{c}`" for c in columns}
-        state.once(self.spark, path, wid, lambda: (
+        return state.advance(self.spark, path, base, tag, lambda: state.tagged(self.spark, path, tag, lambda: (
             DeltaTable.forPath(self.spark, path).alias("t").merge(changes.alias("s"), on)
             .whenMatchedDelete(f"s._gone OR {due}")
             .whenMatchedUpdate(set=values)
             .whenNotMatchedInsert(condition=f"NOT s._gone AND NOT ({due})", values=values)
-            .execute()))
+            .execute())))
 
-    def _write_records(self, p: Pipeline, outcome: engine.Outcome, wid: state.WriteId) -> None:
+    def _write_records(self, p: Pipeline, outcome: engine.Outcome, base: int | None, tag: str) -> int | None:
         if outcome.new_records is None:
-            return
+            return base
         path = self.tables(p).records
         new = outcome.new_records.withColumn("_tbucket", F.floor(F.col("_ts") / self.bucket_ms).cast("long"))
         state.create(self.spark, path, new.schema, partition_by="_tbucket")
         values = {f"`{c}`": f"s.`{c}`" for c in new.columns}
-        merge = (DeltaTable.forPath(self.spark, path).alias("t")
-                 .merge(new.alias("s"), "t._ord = s._ord").whenNotMatchedInsert(values=values))
-        if outcome.records_cutoff is not None:
-            merge = merge.whenNotMatchedBySourceDelete(f"t._ts < {outcome.records_cutoff}")
-        state.once(self.spark, path, wid, merge.execute)
 
-    def _write_buffer(self, p: Pipeline, outcome: engine.Outcome, wid: state.WriteId) -> None:
-        if outcome.limited is not None:  # the buffer after the batch replaces the one before
-            state.rewrite(outcome.limited.buffer, self._buffer_path(p), None, wid)
+        def merge() -> None:
+            builder = (DeltaTable.forPath(self.spark, path).alias("t")
+                       .merge(new.alias("s"), "t._ord = s._ord").whenNotMatchedInsert(values=values))
+            if outcome.records_cutoff is not None:
+                builder = builder.whenNotMatchedBySourceDelete(f"t._ts < {outcome.records_cutoff}")
+            state.tagged(self.spark, path, tag, builder.execute)
+        return state.advance(self.spark, path, base, tag, merge)
+
+    def _write_buffer(self, p: Pipeline, outcome: engine.Outcome, base: int | None, tag: str) -> int | None:
+        if outcome.limited is None:
+            return base
+        path = self._buffer_path(p)  # the buffer after the batch replaces the one before
+        state.create(self.spark, path, outcome.limited.buffer.schema)
+        return state.advance(self.spark, path, base, tag,
+                             lambda: state.rewrite(outcome.limited.buffer, path, None, tag))
 
     def _buffer_path(self, p: Pipeline) -> str | None:
         return self.tables(p).buffer(p.suppression.name or "suppress") if p.rate_limited else None
@@ -485,8 +548,12 @@ class Runtime:
                 f"{' and '.join(over)} (shut_down_when_full). Nothing was committed; raise the bound "
                 "or use BufferConfig.unbounded(), then re-run the batch.")
 
-    def _result_of(self, p: Pipeline, row, status: str) -> BatchResult:
-        m = self.read_metrics(p).filter(F.col("seq") == row.seq).collect()
-        values = m[0].asDict() if m else {}
+    def _result_of(self, p: Pipeline, row: Row, status: str) -> BatchResult:
+        if "metrics" in row and row.metrics is not None:
+            values = json.loads(row.metrics)
+            values["stream_time"] = to_datetime(row.stream_time)
+        else:  # a ledger row from before metrics were kept in the ledger
+            m = self.read_metrics(p).filter(F.col("seq") == row.seq).collect()
+            values = m[0].asDict() if m else {}
         return BatchResult(p.name, row.batch_id, row.seq, status, int(values.get("suppression_emit_total") or 0),
                            int(values.get("late_records") or 0), to_datetime(row.stream_time), values)

@@ -1,9 +1,13 @@
-"""Results leaving the engine: shaping rows for the sink and writing them once.
+"""Results leaving the engine: shaping rows for the sink and publishing them once.
 
 Final-results sinks are append-only (one row per key and window, ever), and so are rate-limited
-ones (a log: a key appears once per emission); sinks without
-suppression are continuously updated tables, MERGEd on key and window (Kafka's
-emit-on-update at batch granularity).
+ones (a log: a key appears once per emission); sinks without suppression are continuously
+updated tables, MERGEd on key and window (Kafka's emit-on-update at batch granularity), whose
+rows carry ``_gone`` (delete) until published.
+
+A batch stages its sink rows before its commit point and publishes them after it (see
+``framework.runtime``): publishing is idempotent, so whoever finds a committed batch
+unpublished can publish it again.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from . import state
 from .topology import Pipeline
 
 EMITTED = ["emitted_batch_id", "emitted_stream_time"]
+GONE = "_gone"
 
 
 def shape(p: Pipeline, results: DataFrame, batch_id: str, stream_time: int | None) -> DataFrame:
@@ -23,15 +28,15 @@ def shape(p: Pipeline, results: DataFrame, batch_id: str, stream_time: int | Non
     for c in ("window_start", "window_end"):
         if c in df.columns:
             df = df.withColumn(c, F.timestamp_millis(F.col(c)))
-    gone = F.col("_gone")
-    df = df.withColumn("_gone", gone)
+    gone = F.col(GONE)
+    df = df.withColumn(GONE, gone)
     for step in p.steps:
         if step.op == "filter":
             df = df.filter(F.expr(step.args[0]))
         elif step.op == "with_column":
             df = df.withColumn(step.args[0], F.expr(step.args[1]))
         else:
-            df = df.select(*step.args, "_gone", *(["_est"] if "_est" in df.columns else []))
+            df = df.select(*step.args, GONE, *(["_est"] if "_est" in df.columns else []))
     stamp = F.timestamp_millis(F.lit(stream_time)) if stream_time is not None else F.lit(None).cast("timestamp")
     if "_est" in df.columns:  # rate-limited updates leave record by record: each has its own stream time
         stamp = F.timestamp_millis("_est")
@@ -39,20 +44,48 @@ def shape(p: Pipeline, results: DataFrame, batch_id: str, stream_time: int | Non
             .drop("_est"))
 
 
-def publish(p: Pipeline, rows: DataFrame, path: str, wid: state.WriteId) -> None:
-    """Write a batch's sink rows exactly once (idempotent under re-runs)."""
+def staged(p: Pipeline, rows: DataFrame) -> DataFrame:
+    """What a batch stages for its sink: the rows, with ``_gone`` only for a MERGEd sink."""
+    return rows.drop(GONE) if p.suppression is not None else rows
+
+
+def publish(p: Pipeline, rows: DataFrame, path: str, seq: int, tag: str, tombstones: bool = False) -> None:
+    """Publish committed batch ``seq``'s staged rows to the sink at ``path``, once: Delta skips
+    the write if batch ``seq`` (or a later one) was published already. ``tombstones`` keeps
+    deleted windows as ``_gone`` rows (a replay's staged sink, published later in one MERGE)."""
     spark = rows.sparkSession
-    if p.suppression is not None:  # final results, or a log of rate-limited updates
-        state.append(rows.drop("_gone"), path, wid)
+    if p.suppression is not None:  # final results, or a log of rate-limited updates: appended
+        state.save(rows, path, tag, txnAppId=state.LEDGER_APP, txnVersion=str(seq))
         return
-    if not state.exists(spark, path):
-        state.create(spark, path, rows.drop("_gone").schema)
-    ident = p.identity
-    on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in ident)
-    columns = {f"`{c}`": f"s.`{c}`" for c in rows.columns if c != "_gone"}
-    state.once(spark, path, wid, lambda: (
-        DeltaTable.forPath(spark, path).alias("t").merge(rows.alias("s"), on)
-        .whenMatchedDelete("s._gone")
-        .whenMatchedUpdate(set=columns)
-        .whenNotMatchedInsert(condition="NOT s._gone", values=columns)
-        .execute()))
+    state.tagged(spark, path, tag, lambda: merge(p, rows, path, tombstones), txn_version=seq)
+
+
+def merge(p: Pipeline, rows: DataFrame, path: str, tombstones: bool = False) -> None:
+    """Upsert ``rows`` into a MERGEd sink: a ``_gone`` row deletes its window (or, with
+    ``tombstones``, is kept as it is)."""
+    spark = rows.sparkSession
+    kept = rows if tombstones else rows.drop(GONE)
+    state.create(spark, path, kept.schema)
+    on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in p.identity)
+    columns = {f"`{c}`": f"s.`{c}`" for c in kept.columns}
+    builder = DeltaTable.forPath(spark, path).alias("t").merge(rows.alias("s"), on)
+    if not tombstones:
+        builder = builder.whenMatchedDelete(f"s.{GONE}")
+    (builder.whenMatchedUpdate(set=columns)
+     .whenNotMatchedInsert(condition=None if tombstones else f"NOT s.{GONE}", values=columns)
+     .execute())
+
+
+def replace_range(p: Pipeline, rows: DataFrame, path: str, first_batch_id: str, base: int | None, tag: str) -> None:
+    """Publish a replay's staged rows for the batches from ``first_batch_id`` on: an append-only
+    sink's rows emitted in the range are replaced in one commit; a MERGEd sink goes back to
+    version ``base`` (before the range) and takes the range's changes. Idempotent."""
+    spark = rows.sparkSession
+    if p.suppression is not None:
+        state.create(spark, path, rows.schema)
+        quoted = "'" + first_batch_id.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        state.save(rows, path, tag, "overwrite", replaceWhere=f"emitted_batch_id >= {quoted}")
+        return
+    if state.exists(spark, path):
+        state.reset(spark, path, base, f"{tag}#reset")
+    state.tagged(spark, path, tag, lambda: merge(p, rows, path))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -66,6 +66,37 @@ def _check_columns(p: Pipeline, batch_id: str, df: DataFrame) -> None:
                              "keys must be atomic (string, integer, boolean, date, timestamp, decimal).")
 
 
+def _hashable(column: Column, data_type: T.DataType) -> Column:
+    """``column`` in a form ``xxhash64`` accepts, equal for equal content (for the fingerprint).
+
+    Spark refuses to hash maps (and variants), also nested in arrays and structs. A map becomes
+    its entries sorted by key (then value), so the order it was built in does not count; a variant
+    becomes its JSON text. Columns without either are hashed as they are, so the fingerprint of
+    such input is what it always was (batches committed before still match on a re-run)."""
+    if not _needs_canonical(data_type):
+        return column
+    if isinstance(data_type, T.MapType):
+        if _needs_canonical(data_type.valueType):
+            column = F.transform_values(column, lambda _, v: _hashable(v, data_type.valueType))
+        return F.array_sort(F.map_entries(column))   # map keys hold no map or variant
+    if isinstance(data_type, T.ArrayType):
+        return F.transform(column, lambda x: _hashable(x, data_type.elementType))
+    if isinstance(data_type, T.StructType):
+        fields = [_hashable(column.getField(f.name), f.dataType).alias(f.name) for f in data_type.fields]
+        return F.when(column.isNull(), F.lit(None)).otherwise(F.struct(*fields))
+    return F.to_json(column)   # variant
+
+
+def _needs_canonical(data_type: T.DataType) -> bool:
+    if isinstance(data_type, (T.MapType, T.VariantType)):
+        return True
+    if isinstance(data_type, T.ArrayType):
+        return _needs_canonical(data_type.elementType)
+    if isinstance(data_type, T.StructType):
+        return any(_needs_canonical(f.dataType) for f in data_type.fields)
+    return False
+
+
 def check_drift(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: str | None) -> None:
     """Refuse a column the pipeline reads whose type differs from earlier batches'
     (``previous_schema``, as recorded by the ledger)."""
@@ -99,7 +130,8 @@ def read_batch(p: Pipeline, batch_id: str, df: DataFrame, latest_ms: int | None 
         F.max("_ts").alias("max_ts"),
         F.first(F.when(raw.isNotNull() & F.col("_ts").isNull(), raw.cast("string")), ignorenulls=True).alias("bad_example"),
         *[F.sum(F.when(F.col(k).isNull(), 1).otherwise(0)).alias(f"null_{i}") for i, k in enumerate(p.keys)],
-        F.sum(F.xxhash64(*[F.col(c) for c in columns]).cast("decimal(38,0)")).alias("h"),
+        F.sum(F.xxhash64(*[_hashable(F.col(c), df.schema[c].dataType) for c in columns])
+              .cast("decimal(38,0)")).alias("h"),
     ).collect()[0]
     where = _where(p, batch_id)
     if row["null_ts"]:

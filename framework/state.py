@@ -1,8 +1,9 @@
-"""Where a pipeline's tables live and how they are written safely.
+"""Where a pipeline's tables live and how a batch writes them safely.
 
 Per pipeline, under ``<warehouse>/<pipeline>/``:
 
-- ``_ledger``      one row when a batch starts and one when it commits (the commit point)
+- ``_ledger``      one *committed* row per batch: the commit point (input fingerprint, stream
+                   time, the version of each state table the batch left, its metrics)
 - ``window_state`` open windows / sessions with their partial aggregates, partitioned by
                    ``_bucket`` (close-time bucket): closing reads only the buckets due
 - ``records``      sliding windows only: recent records, partitioned by ``_tbucket``
@@ -11,18 +12,28 @@ Per pipeline, under ``<warehouse>/<pipeline>/``:
 - ``<sink>``       the results table (final results, or a continuously updated table)
 - ``late_records`` records that landed in no window, with the stream time that made them late
 - ``metrics``      one row per batch (KIP-328 metric names, with ``_`` for ``-``)
+- ``_staging/``    what a batch attempt will publish once it has committed (removed after)
 
-A batch writes each table at most once, and every commit is tagged with the batch
-(``userMetadata`` = ``<pipeline>.<table>@<seq>``). A batch reads state as of the versions the
-ledger recorded for the previous batch, so a batch that died between any two writes, run again,
-plans the same writes; a resumed batch skips a table whose last commit already carries its tag.
-Only the ledger's *started* row is a batch's claim and must hold against a concurrent runner
-(``claim``); the other writes rely on the claim and the tag.
+Two kinds of writes, both safe whatever else runs (see ``framework.runtime`` for the protocol):
+
+- State tables (window state, records, buffers) are *advanced in place* from the version the
+  ledger recorded (``advance``): a batch reads them as of that version (time travel), so commits
+  made since by an attempt that never committed are garbage, undone (``RESTORE``) before the
+  next write, and never read. The version a write made is recorded only if nothing but
+  maintenance (``OPTIMIZE``, table properties, ``VACUUM``) landed between it and its base.
+- The ledger row is appended with Delta's transaction id (``txnAppId``/``txnVersion`` = the
+  ledger version the attempt read + 1, see ``commit_point``): a compare-and-append that Delta
+  decides, so of two attempts that read the same ledger, at most one commits, on any store.
+  Maintenance commits set no transaction id, so they never fence a batch out.
+
+Every commit a batch makes is tagged (``userMetadata`` starting ``finalresults:``) with the
+pipeline, table, sequence number and attempt.
 
 Delta's optimistic commits need a store whose "create the next log file if absent" is atomic.
 Object stores and HDFS have one (with the right LogStore); a local disk does not across
 processes (a rename overwrites, and Delta's local LogStore locks within one JVM only), so on a
-local warehouse every commit holds an OS file lock beside its table (``committing``).
+local warehouse every commit holds an OS file lock beside its table (``committing``) for the
+length of that commit only.
 """
 from __future__ import annotations
 
@@ -38,7 +49,6 @@ from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 CREATE_WAIT_S = 30.0  # how long a runner waits for another runner's creation of a table to land
@@ -48,7 +58,14 @@ LEDGER_SCHEMA = (
     "seq long, batch_id string, status string, attempt string, fingerprint string, records_in long, "
     "stream_time_before long, stream_time long, state_version long, records_version long, "
     "output_version long, input_schema string, definition string, at timestamp, buffer_version long, "
-    "windows_open long")
+    "windows_open long, output_base long, metrics string")
+TAG = "finalresults:"        # userMetadata prefix of every commit a batch or replay makes
+LEDGER_APP = "finalresults"  # Delta txnAppId of ledger commits (the commit point) and publications
+# Operations that change no rows: maintenance by other writers, never undone or fenced against.
+MAINTENANCE = frozenset({"OPTIMIZE", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "VACUUM START", "VACUUM END",
+                         "UPGRADE PROTOCOL", "CREATE TABLE", "ADD CONSTRAINT", "DROP CONSTRAINT",
+                         "SET TABLE PROPERTIES", "COMPUTE STATS", "ANALYZE"})
+RETRIES = 3  # attempts of one write that lost a race to another writer
 
 
 @dataclass(frozen=True)
@@ -85,6 +102,10 @@ class Tables:
     def metrics(self) -> str:
         return os.path.join(self.root, "metrics")
 
+    @property
+    def staging(self) -> str:
+        return os.path.join(self.root, "_staging")
+
 
 def exists(spark: SparkSession, path: str) -> bool:
     return DeltaTable.isDeltaTable(spark, path)
@@ -115,10 +136,22 @@ def latest_version(spark: SparkSession, path: str) -> int | None:
     return None if current is None else current[1]
 
 
-def committed_by(spark: SparkSession, path: str, tag: str, recent: int = 5) -> bool:
-    """Whether one of the table's last ``recent`` commits carries ``tag`` as its userMetadata."""
-    return bool(DeltaTable.forPath(spark, path).history(recent).filter(F.col("userMetadata") == tag)
-                .limit(1).collect())
+def history_since(spark: SparkSession, path: str, version: int | None) -> list:
+    """The table's commits after ``version`` (None: all), oldest first: version, operation,
+    userMetadata."""
+    head = latest_version(spark, path)
+    if head is None or (version is not None and head <= version):
+        return []
+    table = DeltaTable.forPath(spark, path)
+    history = table.history() if version is None else table.history(head - version)
+    rows = history.select("version", "operation", "userMetadata").collect()
+    return sorted((r for r in rows if version is None or r.version > version), key=lambda r: r.version)
+
+
+def changes_rows(commit) -> bool:
+    """Whether a commit (a ``history_since`` row) may have changed rows: any batch's commit, or
+    an operation that is not maintenance."""
+    return (commit.userMetadata or "").startswith(TAG) or commit.operation not in MAINTENANCE
 
 
 class _FileLock:
@@ -160,6 +193,7 @@ class _FileLock:
 
 
 _locks: dict[str, _FileLock] = {}
+_conf_guard = threading.RLock()  # held while session confs tag commits (``_session_conf``)
 _locks_guard = threading.Lock()
 
 
@@ -201,7 +235,7 @@ def create(spark: SparkSession, path: str, schema: StructType | str, partition_b
     if partition_by:
         builder = builder.partitionedBy(partition_by)
     try:
-        with committing(path):
+        with committing(path), _conf_guard:  # no other thread's commit tag may be set meanwhile
             builder.execute()
     except Exception as failure:
         deadline = time.monotonic() + CREATE_WAIT_S
@@ -221,93 +255,158 @@ def _loads(spark: SparkSession, path: str) -> bool:
         return False
 
 
-@dataclass(frozen=True)
-class WriteId:
-    """One write of one batch: ``app_id`` names pipeline and table, ``version`` the batch.
-    ``resumed`` says an earlier attempt of the batch may already have made this write."""
-
-    app_id: str
-    version: int
-    resumed: bool = False
-
-    @property
-    def tag(self) -> str:
-        return f"{self.app_id}@{self.version}"
-
-
-def _done(spark: SparkSession, path: str, wid: WriteId) -> bool:
-    """Whether the table's last commit is ``wid`` (batches of a pipeline write in sequence,
-    so an earlier attempt's write, if it landed, is the last commit)."""
-    return wid.resumed and exists(spark, path) and committed_by(spark, path, wid.tag, recent=1)
-
-
-def once(spark: SparkSession, path: str, wid: WriteId, write: Callable[[], None]) -> None:
-    """Run ``write`` (Delta DML on ``path``: MERGE, DELETE, RESTORE) tagged with ``wid``,
-    unless a resumed batch finds it already made."""
-    with committing(path):
-        if not _done(spark, path, wid):
-            tagged(spark, path, wid.tag, write)
-
-
-_conf_guard = threading.RLock()
-
 
 @contextmanager
-def _session_conf(spark: SparkSession, key: str, value: str):
-    """Set a session conf for the writes inside the block only. The conf is seen by every
+def _session_conf(spark: SparkSession, confs: dict[str, str]):
+    """Set session confs for the writes inside the block only. A conf is seen by every
     thread of the session, so such blocks run one at a time (writes of one batch run
     concurrently; ``save`` passes its tag as a write option and needs no conf)."""
     with _conf_guard:
-        spark.conf.set(key, value)
+        for key, value in confs.items():
+            spark.conf.set(key, value)
         try:
             yield
         finally:
-            spark.conf.unset(key)
+            for key in confs:
+                spark.conf.unset(key)
 
 
-def tagged(spark: SparkSession, path: str, tag: str, write: Callable[[], None]) -> None:
+def tagged(spark: SparkSession, path: str, tag: str, write: Callable[[], None], txn_version: int | None = None) -> None:
     """Run ``write`` (a commit to the table at ``path``, DML included) with its commit's
-    userMetadata set to ``tag``, holding the table's commit lock."""
-    with committing(path), _session_conf(spark, "spark.databricks.delta.commitInfo.userMetadata", tag):
+    userMetadata set to ``tag``, holding the table's commit lock. With ``txn_version``, Delta
+    skips the write if a commit with transaction id (``LEDGER_APP``, that version or later) landed."""
+    confs = {"spark.databricks.delta.commitInfo.userMetadata": tag}
+    if txn_version is not None:
+        confs.update({"spark.databricks.delta.write.txnAppId": LEDGER_APP,
+                      "spark.databricks.delta.write.txnVersion": str(txn_version)})
+    with committing(path), _session_conf(spark, confs):
         write()
 
 
-def save(df: DataFrame, path: str, wid: WriteId, mode: str = "append", **options: str) -> None:
-    """Write ``df`` to ``path`` once, tagged with ``wid`` by a write option (so writes of one
+def save(df: DataFrame, path: str, tag: str, mode: str = "append", **options: str) -> None:
+    """Write ``df`` to ``path`` in one commit tagged ``tag`` (a write option, so writes of one
     batch to different tables can run at the same time)."""
     with committing(path):
-        if not _done(df.sparkSession, path, wid):
-            df.write.format("delta").mode(mode).options(**options, userMetadata=wid.tag).save(path)
+        df.write.format("delta").mode(mode).options(**options, userMetadata=tag).save(path)
 
 
-def append(df: DataFrame, path: str, wid: WriteId) -> None:
-    """Append ``df`` once."""
-    save(df, path, wid)
-
-
-def claim(df: DataFrame, path: str, wid: WriteId, tag: str, seen: int, **options: str) -> bool:
-    """Append ``df`` (a claim row) unless another writer committed to ``path`` since version
-    ``seen``, or made the same claim; True if this call's commit landed (tagged ``tag``).
-
-    On a local disk that is a compare-and-append under the commit lock (a version check
-    costs a directory listing). Elsewhere Delta decides: it skips a repeated
-    ``txnAppId``/``txnVersion`` and fails the second of two racing commits, and the table's
-    history says whose commit landed."""
-    writer = df.write.format("delta").mode("append").options(**options, userMetadata=tag)
-    if is_local(path):
-        with committing(path):
-            if latest_version(df.sparkSession, path) != seen:
-                return False
-            writer.save(path)
-            return True
-    writer.option("txnAppId", wid.app_id).option("txnVersion", wid.version).save(path)
-    return committed_by(df.sparkSession, path, tag)
-
-
-def rewrite(df: DataFrame, path: str, replaced: str | None, wid: WriteId) -> None:
-    """In one commit, once: remove the rows matching ``replaced`` (None: every row) and add
-    ``df`` (whose rows may lie outside ``replaced``: new partials go to later buckets)."""
+def rewrite(df: DataFrame, path: str, replaced: str | None, tag: str) -> None:
+    """In one commit: remove the rows matching ``replaced`` (None: every row) and add ``df``
+    (whose rows may lie outside ``replaced``: new partials go to later buckets)."""
     options = {"replaceWhere": replaced} if replaced is not None else {}
     with committing(path), _session_conf(df.sparkSession,  # the table lock first, as in ``tagged``
-                                         "spark.databricks.delta.replaceWhere.constraintCheck.enabled", "false"):
-        save(df, path, wid, "overwrite", **options)
+                                         {"spark.databricks.delta.replaceWhere.constraintCheck.enabled": "false"}):
+        save(df, path, tag, "overwrite", **options)
+
+
+class Interleaved(Exception):
+    """Another attempt's commit landed between a write and the version it was based on."""
+
+
+def lost_race(error: BaseException) -> bool:
+    """Whether ``error`` is a write that lost to another writer (Delta's Concurrent*, a
+    metadata change, or ``Interleaved``): the write may be tried again."""
+    text = type(error).__name__ + str(error)[:500]
+    return isinstance(error, Interleaved) or "Concurrent" in text or "MetadataChanged" in text \
+        or "ProtocolChanged" in text
+
+
+def _version_of(history: list, tag: str) -> int | None:
+    return max((c.version for c in history if c.userMetadata == tag), default=None)
+
+
+def reset(spark: SparkSession, path: str, base: int | None, tag: str) -> int | None:
+    """Bring the table back to the content of version ``base`` (None: no rows) in one commit
+    tagged ``tag``; the version that now holds that content."""
+    table = DeltaTable.forPath(spark, path)
+    since = latest_version(spark, path)
+    if base is None:
+        tagged(spark, path, tag, lambda: table.delete())
+    else:
+        tagged(spark, path, tag, lambda: table.restoreToVersion(base))
+    made = _version_of(history_since(spark, path, since), tag)
+    return since if made is None else made  # no commit: nothing needed undoing
+
+
+def advance(spark: SparkSession, path: str, base: int | None, tag: str, write: Callable[[], None]) -> int | None:
+    """Apply ``write`` (at most one commit to ``path``, tagged ``tag``) on top of the content of
+    version ``base``, and return a version whose content is exactly that: base plus this write.
+
+    Commits that changed rows since ``base`` (attempts that never committed) are undone first;
+    maintenance is kept. If another attempt's commit lands between the undo and this write, the
+    write is tried again from the start (``RETRIES`` times, then ``Interleaved`` is raised), so
+    the returned version never holds another attempt's rows."""
+    for attempt in range(1, RETRIES + 1):
+        try:
+            return _advance(spark, path, base, tag, write)
+        except Exception as e:
+            if attempt == RETRIES or not lost_race(e):
+                raise
+
+
+def _advance(spark: SparkSession, path: str, base: int | None, tag: str, write: Callable[[], None]) -> int | None:
+    start = base
+    if any(changes_rows(c) for c in history_since(spark, path, base)):
+        start = reset(spark, path, base, f"{tag}#reset")
+    write()
+    history = history_since(spark, path, start)
+    mine = _version_of(history, tag)
+    if any(changes_rows(c) for c in history if c.userMetadata != tag and (mine is None or c.version < mine)):
+        raise Interleaved(f"another attempt committed to {path} while this one wrote it")
+    return start if mine is None else mine
+
+
+def commit_point(df: DataFrame, path: str, read_version: int, tag: str, mode: str = "append",
+                 **options: str) -> int | None:
+    """Write ``df`` to the ledger at ``path`` in one commit, unless another batch or replay
+    committed to it since this attempt read it at ``read_version``; True if this commit landed.
+
+    Delta keeps the last ``txnVersion`` of ``LEDGER_APP`` in the table's log: a write whose
+    version is not above it is skipped, and of two racing ones the second fails. Every ledger
+    write uses the version it read + 1, so this is a compare-and-append decided by Delta.
+    Returns the version this commit made, or None if it was fenced out."""
+    save(df, path, tag, mode, **options, txnAppId=LEDGER_APP, txnVersion=str(read_version + 1))
+    return _version_of(history_since(df.sparkSession, path, read_version), tag)
+
+
+def _fs(spark: SparkSession, path: str):
+    jvm = spark._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    return hadoop_path.getFileSystem(spark._jsc.hadoopConfiguration()), hadoop_path
+
+
+def put_text(spark: SparkSession, path: str, text: str) -> None:
+    """Write a small file (local disk, HDFS or an object store)."""
+    fs, hadoop_path = _fs(spark, path)
+    out = fs.create(hadoop_path, True)
+    try:
+        out.write(bytearray(text.encode("utf-8")))
+    finally:
+        out.close()
+
+
+def get_text(spark: SparkSession, path: str) -> str | None:
+    """A small file's text, or None if it does not exist."""
+    fs, hadoop_path = _fs(spark, path)
+    if not fs.exists(hadoop_path):
+        return None
+    stream = spark._jvm.java.io.InputStreamReader(fs.open(hadoop_path), "UTF-8")
+    reader = spark._jvm.java.io.BufferedReader(stream)
+    try:
+        return "\n".join(iter(reader.readLine, None))
+    finally:
+        reader.close()
+
+
+def list_names(spark: SparkSession, path: str) -> list[str]:
+    """Names of the entries of folder ``path`` (empty if it does not exist)."""
+    fs, hadoop_path = _fs(spark, path)
+    if not fs.exists(hadoop_path):
+        return []
+    return [status.getPath().getName() for status in fs.listStatus(hadoop_path)]
+
+
+def remove(spark: SparkSession, path: str) -> None:
+    """Delete a folder and what it holds, on whatever file system holds it."""
+    fs, hadoop_path = _fs(spark, path)
+    fs.delete(hadoop_path, True)

@@ -41,7 +41,7 @@ def pipeline_status(spark: SparkSession, name: str, root: str) -> str:
     ledger = state.read(spark, t.ledger)
     last = ledger.filter("status = 'committed'").orderBy(F.desc("seq")).limit(1).collect()
     seq = last[0].seq if last else 0
-    pending = ledger.filter((F.col("seq") > seq) & (F.col("status") == "started")).orderBy("seq").limit(1).collect()
+    staged = [name for name in state.list_names(spark, t.staging) if last and name.endswith(f"-{last[0].attempt}")]
     lines = [f"{name}  ({root})"]
     if last:
         b = last[0]
@@ -59,8 +59,7 @@ def pipeline_status(spark: SparkSession, name: str, root: str) -> str:
                       f"  all batches    records in {totals[0]}, emitted {totals[1]}, late {totals[2]}"]
     else:
         lines.append("  no batch committed yet")
-    if pending:
-        p = pending[0]
-        lines.append(f"  UNFINISHED     batch {p.batch_id} (seq {p.seq}) started at {p.at:%Y-%m-%d %H:%M:%S} UTC "
-                     "and did not commit: re-run it with the same input")
+    if staged:
+        lines.append(f"  UNPUBLISHED    batch {last[0].batch_id} (seq {seq}) committed; its results are staged and "
+                     "are published by the next run of any batch of this pipeline")
     return "\n".join(lines)

@@ -10,11 +10,13 @@ from datetime import timedelta
 
 from .aggregations import Aggregate
 from .errors import DefinitionError
-from .names import identifier
+from .names import (EMITTED_COLUMNS, RESERVED_TABLES, WINDOW_COLUMNS, find_up_to_case, identifier,
+                    reserved_root_entry, reserved_table, same_up_to_case)
 from .suppress import Suppressed
 from .windows import SessionWindows, SlidingWindows, TimeWindows, Windows, to_millis
 
 LATENESS_MODES = ("record", "batch")
+_CASE = "Spark and Delta resolve column names ignoring case"
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,10 @@ class Pipeline:
     def __init__(self, name: str, timestamp: str = "ts", arrival: str | None = None,
                  lateness: str = "record", idle_advance: timedelta | int | None = None, **rest):
         object.__setattr__(self, "name", identifier(name, "pipeline name"))
+        clash = reserved_root_entry(name)
+        if clash:
+            raise DefinitionError(f"pipeline name {name!r} is {clash}, where every pipeline keeps its own folder "
+                                  "(names are compared ignoring case); choose another pipeline name")
         object.__setattr__(self, "timestamp", identifier(timestamp, f"pipeline {name!r}: timestamp column"))
         object.__setattr__(self, "arrival",
                            None if arrival is None else identifier(arrival, f"pipeline {name!r}: arrival column"))
@@ -93,6 +99,15 @@ class Pipeline:
         if not keys:
             raise DefinitionError(f"pipeline {self.name!r}: group_by() needs at least one key column")
         keys = tuple(identifier(k, f"pipeline {self.name!r}: group_by key") for k in keys)
+        for same in same_up_to_case(keys):
+            raise DefinitionError(f"pipeline {self.name!r}: group_by keys clash: {same} name the same column "
+                                  f"({_CASE}); give each key column once")
+        for k in keys:
+            framework_column = find_up_to_case(k, WINDOW_COLUMNS + EMITTED_COLUMNS)
+            if framework_column:
+                raise DefinitionError(f"pipeline {self.name!r}: group_by key {k!r} clashes with the column "
+                                      f"{framework_column!r} the framework adds to results ({_CASE}); "
+                                      "rename the key column upstream")
         return self._next("group_by", keys=keys)
 
     def windowed_by(self, windows: Windows) -> "Pipeline":
@@ -108,11 +123,23 @@ class Pipeline:
         self._need("aggregate", "group_by")
         if not aggregates or not all(isinstance(a, Aggregate) for a in aggregates):
             raise DefinitionError(f"pipeline {self.name!r}: aggregate() takes one or more agg.* values")
-        names = [a.name for a in aggregates] + list(self.keys)
-        reserved = {"window_start", "window_end", "emitted_batch_id", "emitted_stream_time"}
-        clash = {n for n in names if names.count(n) > 1} | (set(names) & reserved)
-        if clash:
-            raise DefinitionError(f"pipeline {self.name!r}: output column names clash: {sorted(clash)}")
+        for a in aggregates:
+            framework_column = find_up_to_case(a.name, WINDOW_COLUMNS + EMITTED_COLUMNS)
+            if framework_column:
+                raise DefinitionError(f"pipeline {self.name!r}: output column names clash: aggregate {a.name!r} "
+                                      f"is the column {framework_column!r} the framework adds to results ({_CASE}); "
+                                      "give the aggregate another name")
+        for same in same_up_to_case([*self.keys, *(a.name for a in aggregates)]):
+            raise DefinitionError(f"pipeline {self.name!r}: output column names clash: {sorted(same)} are the same "
+                                  f"column ({_CASE}); give each aggregate a name distinct from the keys and the "
+                                  "other aggregates")
+        partials = {}
+        for a in aggregates:
+            for part in a.partials:
+                other = partials.setdefault(part.column.lower(), a.name)
+                if other.lower() != a.name.lower():
+                    raise DefinitionError(f"pipeline {self.name!r}: aggregates {other!r} and {a.name!r} both keep "
+                                          f"the state column {part.column!r} ({_CASE}); rename one of them")
         return self._next("aggregate", aggregates=tuple(aggregates))
 
     def suppress(self, suppressed: Suppressed) -> "Pipeline":
@@ -120,6 +147,11 @@ class Pipeline:
         self._need("suppress", "aggregate")
         if not isinstance(suppressed, Suppressed):
             raise DefinitionError(f"pipeline {self.name!r}: suppress() takes a Suppressed value")
+        table = suppressed.name and find_up_to_case(suppressed.name, RESERVED_TABLES)
+        if table:
+            raise DefinitionError(f"pipeline {self.name!r}: suppression name {suppressed.name!r} is the name of the "
+                                  f"pipeline's own {RESERVED_TABLES[table]} ({table!r}; names are compared ignoring "
+                                  "case); choose another name for Suppressed.with_name(...)")
         if suppressed.mode == "until_window_closes" and self.windows is None:
             raise DefinitionError(f"pipeline {self.name!r}: until_window_closes needs a windowed "
                                   "aggregation (add .windowed_by(...)); use until_time_limit to rate-limit a plain table")
@@ -144,12 +176,41 @@ class Pipeline:
         return self._step("filter", condition)
 
     def with_column(self, name: str, expression: str) -> "Pipeline":
-        """Add or replace a result column computed by a Spark SQL expression."""
-        return self._step("with_column", identifier(name, f"pipeline {self.name!r}: with_column name"), expression)
+        """Add or replace a result column computed by a Spark SQL expression.
+
+        Replacing takes the column's exact name: a new name that differs from an existing column
+        only in case is refused, as are the emission columns the sink stamps after the steps."""
+        name = identifier(name, f"pipeline {self.name!r}: with_column name")
+        stamped = find_up_to_case(name, EMITTED_COLUMNS)
+        if stamped:
+            raise DefinitionError(f"pipeline {self.name!r}: with_column name {name!r} is the column {stamped!r} the "
+                                  f"sink stamps on every row after the steps ({_CASE}), so it would be overwritten; "
+                                  "choose another name")
+        existing = find_up_to_case(name, self._result_columns())
+        if existing is not None and existing != name:
+            raise DefinitionError(f"pipeline {self.name!r}: with_column name {name!r} differs only in case from the "
+                                  f"result column {existing!r} ({_CASE}); use with_column({existing!r}, ...) to "
+                                  "replace it, or choose another name")
+        return self._step("with_column", name, expression)
 
     def select(self, *columns: str) -> "Pipeline":
         """Keep only these result columns (emitted_batch_id and emitted_stream_time are always kept)."""
-        return self._step("select", *(identifier(c, f"pipeline {self.name!r}: select column") for c in columns))
+        columns = tuple(identifier(c, f"pipeline {self.name!r}: select column") for c in columns)
+        for same in same_up_to_case(columns):
+            raise DefinitionError(f"pipeline {self.name!r}: select columns {same} name the same column ({_CASE}); "
+                                  "list each column once")
+        return self._step("select", *columns)
+
+    def _result_columns(self) -> list[str]:
+        """The result columns the steps so far leave (before the sink's emission stamp)."""
+        columns = [*self.keys, *(WINDOW_COLUMNS if self.windows is not None else ()),
+                   *(a.name for a in self.aggregates)]
+        for s in self.steps:
+            if s.op == "with_column" and s.args[0] not in columns:
+                columns.append(s.args[0])
+            elif s.op == "select":   # Spark keeps the name of the column a select resolves to
+                columns = [find_up_to_case(c, columns) or c for c in s.args]
+        return columns
 
     def _step(self, op: str, *args: str) -> "Pipeline":
         self._need(op, "aggregate")
@@ -163,7 +224,13 @@ class Pipeline:
     def to(self, table: str) -> "Pipeline":
         """Write results to the Delta table ``table`` under the pipeline's warehouse folder."""
         self._need("to", "aggregate")
-        return self._next("to", sink=identifier(table, f"pipeline {self.name!r}: output table name"))
+        table = identifier(table, f"pipeline {self.name!r}: output table name")
+        clash = reserved_table(table)
+        if clash:
+            raise DefinitionError(f"pipeline {self.name!r}: sink name {table!r} is {clash} under "
+                                  f"<warehouse>/{self.name}/ (names are compared ignoring case); "
+                                  "choose another name for .to(...)")
+        return self._next("to", sink=table)
 
     # ---- derived facts used by the runtime -------------------------------------------------
     @property

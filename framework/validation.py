@@ -35,6 +35,6 @@ def validate_results(spark: SparkSession, p: Pipeline, warehouse: str) -> Report
             if state.exists(spark, ledger) else [])
     if not last:
         raise FrameworkError(f"pipeline {p.name!r}: no committed batch under {warehouse}: nothing to validate")
-    if last[0].output_version is None:
+    if not state.exists(spark, rt.tables(p).output):
         return None
     return quality.validate_table(spark, p, rt.read_output(p), warehouse_root=warehouse)

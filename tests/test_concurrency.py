@@ -4,9 +4,9 @@ workers, or a retried task and the zombie of its first try, would run them. Thre
 
 Each process first runs its own pipeline, at the same moment as the other: pipelines sharing a
 warehouse do not disturb each other. Then both run batch b0 of one more pipeline: they start it
-together (both create the pipeline's ledger) and meet again just before the batch's claim (its
-*started* ledger row): one commits, the other stops with ConcurrentBatchError or, had it come
-second, reports "already committed". The processes meet at files in a gate folder."""
+together (both create the pipeline's ledger) and meet again just before the batch's commit point
+(both have planned and written their state): one commits, the other stops with
+ConcurrentBatchError or, had it come second, reports "already committed". The processes meet at files in a gate folder."""
 import os
 import signal
 import subprocess
@@ -52,7 +52,7 @@ spark = spark_session("racer" + me, master="local[1]", conf={{
 name, batch = OWN[me]
 meet("own")
 print("OWN", Runtime(spark, lake, quality=False).run_batch(pipeline(name), "b0", frame(spark, batch)).status, flush=True)
-rt = Runtime(spark, lake, quality=False, before_write=lambda at: at == "ledger_start" and meet("claim"))
+rt = Runtime(spark, lake, quality=False, before_write=lambda at: at == "ledger_commit" and meet("claim"))
 meet("race")
 try:
     print("RACE", rt.run_batch(pipeline(RACED[0]), "b0", frame(spark, RACED[1])).status, flush=True)
@@ -91,13 +91,13 @@ def test_two_processes_commit_one_batch_once_and_leave_other_pipelines_alone(spa
     race = sorted(s["RACE"] for s in said)
     assert race[0] == "committed" and (race[1] == "already committed" or race[1].startswith("refused")), race
     if race[1].startswith("refused"):
-        assert "pipeline 'raced', batch 'b0': another runner" in race[1]
+        assert "pipeline 'raced', batch 'b0': another attempt of this batch" in race[1]
     shared = Runtime(spark, lake, quality=False)
     assert snapshot(shared, raced) == snapshot(clean, raced)
     for name, batch in OWN.values():   # a clean run of these is the reference model's (test_examples)
         assert results(shared, pipeline(name)) == expected(ref.run(ref.Tumbling(10, 2), [batch]), ["b0"]), name
-    for name in (RACED[0], *(n for n, _ in OWN.values())):   # the loser of the race wrote nothing
-        assert sorted(r.status for r in shared.ledger(pipeline(name)).collect()) == ["committed", "started"], name
+    for name in (RACED[0], *(n for n, _ in OWN.values())):   # the loser of the race committed nothing
+        assert [r.status for r in shared.ledger(pipeline(name)).collect()] == ["committed"], name
 
 
 def test_a_commit_lock_excludes_other_processes_and_is_reentrant_in_its_thread(tmp_path):

@@ -39,7 +39,7 @@ for batch in range(2):
     run(rt, pipeline("killed"), batch)
 print("DONE", flush=True)
 """
-DETERMINISTIC = ("ledger_start", "state", "output", "ledger_commit")   # early, state, publication, commit
+DETERMINISTIC = ("state", "output", "ledger_commit", "publish")   # state, staging, commit, publication
 RANDOM_KILLS = 1
 
 

@@ -8,10 +8,11 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from framework import BatchOrderError, BufferConfig, Pipeline, ReplayError, Runtime, Suppressed, agg
+from framework import BufferConfig, ConcurrentBatchError, Pipeline, ReplayError, Runtime, Suppressed, agg
 from framework.replay import ReplayBatch
 from harness import frame, run_stream
 from test_exactly_once import BATCHES, pipeline, snapshot
+from test_operations import _in_thread, _Paused
 
 IDS = ["b0000", "b0001", "b0002"]
 FIXED = [("A", 25, 40), ("A", 3, 5), ("B", 14, 6), ("B", 31, 7)]   # b0001 with A@25 corrected: 4 -> 40
@@ -57,7 +58,7 @@ def test_replaying_the_same_range_twice_changes_nothing(rt):
         assert (result.first, result.last, [b.seq for b in result.batches]) == ("b0001", "b0002", [2, 3])
         assert _tables(rt, p) == tables and _committed(rt, p) == committed
     statuses = [r.status for r in rt.ledger(p).filter("seq >= 2").collect()]
-    assert statuses.count("replaced") == 4 and statuses.count("replayed") == 2
+    assert sorted(statuses) == ["committed"] * 2 + ["replaced"] * 4
     again = rt.run_batch(p, "b0001", frame(rt.spark, BATCHES[1], _offset(1)))
     assert again.status == "already committed" and again.seq == 2
 
@@ -103,19 +104,15 @@ def test_a_replay_whose_restore_point_was_vacuumed_fails_naming_it(rt, spark):
     assert snapshot(rt, p) == tables and rt.ledger(p).count() == ledger
 
 
-def test_a_running_replay_holds_off_the_next_batch_and_a_failed_one_is_undone(rt, spark, tmp_path):
-    """The hook runs before each write of the replayed batches: the next ordinary batch is
-    refused while the replay runs; then the replay fails before its second batch's output."""
+def test_a_replay_that_dies_leaves_what_readers_see_unchanged(rt, spark):
+    """The replay dies before its second batch's staged output: no table a reader sees changed,
+    and the next ordinary batch runs from the committed state (the replay's in-place state
+    writes are never read)."""
     p = pipeline("replay")
     tables, ledger = snapshot(rt, p), rt.ledger(p).count()
-    nxt = Runtime(spark, rt.warehouse, quality=False)
-    refused, outputs = [], []
+    outputs = []
 
     def hook(point):
-        if point == "state" and not refused:
-            with pytest.raises(BatchOrderError, match=r"batch 'replay b0001..b0002' \(seq 4\) was started"):
-                nxt.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100))
-            refused.append(point)
         if point == "output":
             outputs.append(point)
             if len(outputs) == 2:
@@ -124,8 +121,9 @@ def test_a_running_replay_holds_off_the_next_batch_and_a_failed_one_is_undone(rt
     replaying = Runtime(spark, rt.warehouse, quality=False, before_write=hook)
     with pytest.raises(RuntimeError, match="replay dies"):
         replaying.replay(p, _batches(spark, 1, [BATCHES[0], FIXED, BATCHES[2]]))
-    assert refused and snapshot(rt, p) == tables and rt.ledger(p).count() == ledger
-    assert nxt.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100)).seq == 4
+    assert {k: v for k, v in snapshot(rt, p).items() if k != "state"} == \
+        {k: v for k, v in tables.items() if k != "state"} and rt.ledger(p).count() == ledger
+    assert rt.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100)).seq == 4
     assert rt.read_output(p).filter(F.col("emitted_batch_id") == "b0003").count() > 0
 
 
@@ -147,3 +145,53 @@ def test_a_replay_restores_a_rate_limiting_buffer(spark, tmp_path):
 
     assert _tables(rt, p) == _tables(clean, p) and buffer(rt) == buffer(clean)
     assert _tables(rt, p)["output"] != before
+
+
+def test_two_replays_of_one_range_at_once_keep_the_winners_fix(spark, warehouse):
+    """Replay 1 is under way when replay 2 (with the fix) runs and commits; replay 1 then dies.
+    Nothing of replay 1 is published or undone over replay 2, and the next batch builds on the fix."""
+    p = pipeline("replays")
+    lake = f"{warehouse}/lake"
+    run_stream(Runtime(spark, lake, quality=False), p, BATCHES)
+    fixed = [BATCHES[0], FIXED, BATCHES[2]]
+    slow = _Paused("ledger_commit")
+
+    def dies(at):
+        slow(at)
+        if at == "publish":
+            raise RuntimeError("replay 1 dies")
+    first = _in_thread(lambda: Runtime(spark.newSession(), lake, quality=False, before_write=dies)
+                       .replay(p, _batches(spark, 1, BATCHES)))
+    assert slow.reached.wait(300)
+    rt = Runtime(spark.newSession(), lake, quality=False)
+    assert rt.replay(p, _batches(spark, 1, fixed)).emitted > 0
+    slow.go.set()
+    outcome = first()
+    assert isinstance(outcome.get("error"), (ConcurrentBatchError, RuntimeError)), outcome
+    assert rt.read_output(p).filter((F.col("k") == "A") & (F.unix_millis("window_start") == 20)).first().total == 40
+    rt.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100))
+    clean = Runtime(spark.newSession(), f"{warehouse}/clean", quality=False)
+    run_stream(clean, p, fixed)
+    clean.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100))
+    assert {k: v for k, v in snapshot(rt, p).items() if k != "ledger"} == \
+        {k: v for k, v in snapshot(clean, p).items() if k != "ledger"}
+
+
+def test_a_replay_and_the_next_batch_at_once_one_wins_and_the_other_changes_nothing(spark, warehouse):
+    p = pipeline("replay_race")
+    lake = f"{warehouse}/lake"
+    run_stream(Runtime(spark, lake, quality=False), p, BATCHES)
+    paused = _Paused("ledger_commit")
+    replaying = _in_thread(lambda: Runtime(spark.newSession(), lake, quality=False, before_write=paused)
+                           .replay(p, _batches(spark, 1, [BATCHES[0], FIXED, BATCHES[2]])))
+    assert paused.reached.wait(300)
+    rt = Runtime(spark.newSession(), lake, quality=False)
+    assert rt.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100)).status == "committed"
+    paused.go.set()
+    outcome = replaying()
+    assert isinstance(outcome.get("error"), ConcurrentBatchError), outcome
+    assert "published nothing" in str(outcome["error"])
+    clean = Runtime(spark.newSession(), f"{warehouse}/clean", quality=False)
+    run_stream(clean, p, BATCHES)
+    clean.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100))
+    assert snapshot(rt, p) == snapshot(clean, p)

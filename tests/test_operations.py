@@ -1,0 +1,196 @@
+"""Exactly once as operators run it (SPEC 4 and 6): overlapping attempts of one batch, other
+writers' commits between or during attempts, a failed gate or bad input followed by corrected
+input (two replays at once: test_replay). Each case ends with the tables of a clean run, or
+with a clean error and nothing that needs editing by hand."""
+import json
+import threading
+
+import pytest
+
+from framework import (BatchFailedError, BatchOrderError, BufferConfig, ConcurrentBatchError, Pipeline,
+                       QualityGateError, Runtime, Suppressed, TimeWindows, agg)
+from harness import frame
+from test_exactly_once import BATCHES, Crash, pipeline, run, snapshot
+
+FIXED_B1 = [("A", 25, 40), ("A", 3, 5), ("B", 14, 6), ("B", 31, 7)]   # b1 with A@25 corrected: 4 -> 40
+
+
+def _offset(index):
+    return sum(len(b) for b in BATCHES[:index])
+
+
+_CLEAN = {}
+
+
+def _clean(spark, tmp_path_factory, p, batches=BATCHES):
+    """The tables of a clean run of ``batches`` (run once per pipeline name and input)."""
+    key = (p.name, repr(batches))
+    if key not in _CLEAN:
+        rt = Runtime(spark.newSession(), str(tmp_path_factory.mktemp("clean")), quality=False)
+        for i, batch in enumerate(batches):
+            run(rt, p, i, batch)
+        _CLEAN[key] = snapshot(rt, p)
+    return _CLEAN[key]
+
+
+def _committed(rt, p):
+    return [(r.seq, r.batch_id) for r in rt.ledger(p).filter("status = 'committed'").orderBy("seq").collect()]
+
+
+class _Paused:
+    """A ``before_write`` hook that stops its attempt at ``point`` until released."""
+
+    def __init__(self, point):
+        self.point, self.reached, self.go = point, threading.Event(), threading.Event()
+
+    def __call__(self, at):
+        if at == self.point and not self.reached.is_set():
+            self.reached.set()
+            assert self.go.wait(300)
+
+
+def _in_thread(work):
+    """Start ``work`` in a thread; the returned callable joins it and gives its outcome or error."""
+    outcome = {}
+
+    def target():
+        try:
+            outcome["value"] = work()
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            outcome["error"] = e
+    thread = threading.Thread(target=target)
+    thread.start()
+
+    def join():
+        thread.join(600)
+        return outcome
+    return join
+
+
+def _maintain(spark, path, vacuum=True):
+    """What an operator (or the README) does to a table: properties, compaction, VACUUM within retention."""
+    spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.parallelism", "2")   # VACUUM's listing tasks
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.logRetentionDuration' = 'interval 60 days')")
+    spark.sql(f"OPTIMIZE delta.`{path}`")
+    if vacuum:
+        spark.sql(f"VACUUM delta.`{path}` RETAIN 168 HOURS")
+
+
+def _tables(rt, p):
+    t = rt.tables(p)
+    return [path for path in (t.ledger, t.state, t.records, t.output, t.late, t.metrics)
+            if __import__("framework").state.exists(rt.spark, path)]
+
+
+# ---- 1. a failed quality gate, then corrected input -------------------------------------------
+def test_a_batch_failing_its_gate_reruns_with_corrected_input_and_holds_off_the_next(spark, tmp_path):
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "gated.json").write_text(json.dumps({"name": "gated", "expectations": [
+        {"type": "expect_column_values_to_be_between", "kwargs": {"column": "total", "max_value": 100},
+         "meta": {"severity": "critical"}}]}))
+    p = (Pipeline("gated", timestamp="ts", arrival="seq").group_by("k")
+         .windowed_by(TimeWindows.of_size_and_grace(10, 0)).aggregate(agg.sum("v", "total"))
+         .suppress(Suppressed.until_window_closes(BufferConfig.unbounded())).to("out"))
+    rt = Runtime(spark, str(tmp_path / "lake"), expectations=str(suites))
+    bad, good = [("A", 1, 1), ("A", 2, 500), ("A", 30, 1)], [("A", 1, 1), ("A", 2, 5), ("A", 30, 1)]
+    with pytest.raises(QualityGateError, match="Fix the input or the suite"):
+        rt.run_batch(p, "b0", frame(spark, bad))
+    with pytest.raises(BatchOrderError, match=r"batch 'b0' \(seq 1\) was attempted and has not committed"):
+        rt.run_batch(p, "b1", frame(spark, [("A", 40, 1)], 3))   # b0's records would be skipped
+    assert rt.run_batch(p, "b0", frame(spark, good)).status == "committed"
+    assert [(r.k, r.total) for r in rt.read_output(p).collect()] == [("A", 6)]
+    assert rt.run_batch(p, "b1", frame(spark, [("A", 40, 1)], 3)).seq == 2
+    assert _committed(rt, p) == [(1, "b0"), (2, "b1")]
+
+
+# ---- 2. a retry beside a live first attempt ---------------------------------------------------
+@pytest.mark.parametrize("paused_at, retry_input", [("ledger_commit", "same"), ("state", "corrected")])
+def test_a_retry_beside_a_live_first_attempt_writes_the_batch_once(spark, warehouse, tmp_path_factory, paused_at, retry_input):
+    """The first attempt stops before ``paused_at`` (a zombie); the retry runs the batch to its
+    end; then the zombie goes on: it finds itself fenced out, and the tables are one attempt's."""
+    p = pipeline("overlap")
+    retry_batch = FIXED_B1 if retry_input == "corrected" else BATCHES[1]
+    shared = f"{warehouse}/shared"
+    run(Runtime(spark, shared, quality=False), p, 0)
+    zombie = _Paused(paused_at)
+    first = _in_thread(lambda: run(Runtime(spark.newSession(), shared, quality=False, before_write=zombie), p, 1))
+    assert zombie.reached.wait(300)
+    rt = Runtime(spark.newSession(), shared, quality=False)
+    assert run(rt, p, 1, retry_batch).status == "committed"
+    zombie.go.set()
+    outcome = first()
+    assert isinstance(outcome.get("error"), ConcurrentBatchError), outcome
+    assert "'overlap', batch 'b1'" in str(outcome["error"])
+    run(rt, p, 2)
+    assert _committed(rt, p) == [(1, "b0"), (2, "b1"), (3, "b2")]
+    assert snapshot(rt, p) == _clean(spark, tmp_path_factory, p, [BATCHES[0], retry_batch, BATCHES[2]])
+
+
+# ---- 3. other writers between a crash and its re-run, and during a batch ----------------------
+@pytest.mark.parametrize("crash_at", ["ledger_commit", "publish"])
+def test_maintenance_between_a_crash_and_the_rerun_changes_nothing(spark, warehouse, tmp_path_factory, crash_at):
+    p = pipeline("maintained")
+    lake = f"{warehouse}/lake"
+    run(Runtime(spark, lake, quality=False), p, 0)
+
+    def crash(at):
+        if at == crash_at:
+            raise Crash(at)
+    with pytest.raises(Crash):
+        run(Runtime(spark, lake, quality=False, before_write=crash), p, 1)
+    rt = Runtime(spark.newSession(), lake, quality=False)
+    for path in _tables(rt, p):
+        _maintain(rt.spark, path)
+    assert run(rt, p, 1).status == ("already committed" if crash_at == "publish" else "committed")
+    run(rt, p, 2)
+    assert snapshot(rt, p) == _clean(spark, tmp_path_factory, p)
+    assert rt.read_metrics(p).groupBy("seq").count().filter("count > 1").count() == 0
+
+
+def test_maintenance_during_a_batch_changes_nothing(spark, warehouse, tmp_path_factory):
+    """Properties and compaction land on every table while b1 plans, writes and commits."""
+    p = pipeline("busy")
+    lake = f"{warehouse}/lake"
+    run(Runtime(spark, lake, quality=False), p, 0)
+    other = spark.newSession()
+
+    def meanwhile(at):
+        if at in ("state", "ledger_commit", "publish"):
+            for path in _tables(Runtime(other, lake, quality=False), p):
+                _maintain(other, path, vacuum=at == "publish")
+    rt = Runtime(spark.newSession(), lake, quality=False, before_write=meanwhile)
+    assert run(rt, p, 1).status == "committed"
+    run(rt, p, 2)
+    assert snapshot(rt, p) == _clean(spark, tmp_path_factory, p)
+
+
+# ---- 5. input that fails deep in Spark, after validation --------------------------------------
+def test_an_overflow_found_while_planning_fails_cleanly_and_corrected_input_runs(spark, warehouse):
+    p = (Pipeline("overflow", timestamp="ts", arrival="seq").group_by("k")
+         .windowed_by(TimeWindows.of_size_and_grace(10, 0)).aggregate(agg.sum("v", "total"))
+         .suppress(Suppressed.until_window_closes(BufferConfig.unbounded())).to("out"))
+    rt = Runtime(spark, warehouse, quality=False)
+    huge = 2 ** 62
+    with pytest.raises(BatchFailedError, match=r"pipeline 'overflow', batch 'b0': failed while .*overflow"):
+        rt.run_batch(p, "b0", frame(spark, [("A", 1, huge), ("A", 2, huge), ("A", 30, 1)]))
+    assert rt.run_batch(p, "b0", frame(spark, [("A", 1, 1), ("A", 2, 2), ("A", 30, 1)])).status == "committed"
+    assert [(r.k, r.total) for r in rt.read_output(p).collect()] == [("A", 3)]
+
+
+def test_a_crashed_attempt_reruns_with_corrected_input(spark, warehouse, tmp_path_factory):
+    """A batch that died after writing its state, before its commit point, is not pinned to its
+    first input: the corrected input runs as if the first attempt had never been."""
+    p = pipeline("corrected")
+    lake = f"{warehouse}/lake"
+    run(Runtime(spark, lake, quality=False), p, 0)
+
+    def crash(at):
+        if at == "ledger_commit":
+            raise Crash(at)
+    with pytest.raises(Crash):
+        run(Runtime(spark, lake, quality=False, before_write=crash), p, 1)
+    rt = Runtime(spark.newSession(), lake, quality=False)
+    assert run(rt, p, 1, FIXED_B1).status == "committed"
+    run(rt, p, 2)
+    assert snapshot(rt, p) == _clean(spark, tmp_path_factory, p, [BATCHES[0], FIXED_B1, BATCHES[2]])
