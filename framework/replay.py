@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Row
 
 STATE_TABLES = ("state", "records", "buffer")  # ledger columns <name>_version
+REPLAYS = f"{state.LEDGER_APP}.replay"  # Delta txnAppId of a replay's publications
 
 
 @dataclass(frozen=True)
@@ -142,22 +143,30 @@ def replay(rt: Runtime, pipeline: Pipeline,
         if path is not None and before is not None:
             _check_available(spark, where, name, path, before[f"{name}_version"])
 
+    base = _output_base(where, p, first, before)
+    if base is not None:
+        _check_available(spark, where, "output", t.output, base)
     attempt = uuid.uuid4().hex
     staged = _staged_tables(t, p, f"{t.staging}/{last.seq + 1}-{attempt}")
     tag = f"{state.TAG}{p.name}.replay@{first.seq}:{attempt}"
+    committing = False
     try:
         _seed(spark, staged.ledger, before, state.read(spark, t.ledger, seen[1]).schema)
         results = tuple(_StagedRuntime(rt, staged).run_batch(p, b.batch_id, b.input_df, b.batch_end) for b in todo)
         if [r.seq for r in results] != [r.seq for r in range_rows]:
             raise ReplayError(f"{where}: replayed sequence numbers {[r.seq for r in results]} differ from the "
                               f"committed ones {[r.seq for r in range_rows]}")
-        removed = _emitted_since(spark, p, t, first.batch_id)
-        base = _output_base(where, p, first, before)
+        removed = _emitted_since(spark, p, t, first.batch_id, last.batch_id)
+        tables = [n for n, path in (("output", staged.output), ("late_records", staged.late),
+                                    ("metrics", staged.metrics)) if state.exists(spark, path)]
         state.put_text(spark, f"{staged.folder}/{PUBLICATION}", json.dumps(
-            {"replay": True, "first_seq": first.seq, "first_batch_id": first.batch_id, "output_base": base}))
-        new_last = _commit(spark, where, t, staged, seen[1], first, last, attempt, tag)
+            {"replay": True, "staged": tables, "first_seq": first.seq, "first_batch_id": first.batch_id,
+             "last_seq": last.seq, "last_batch_id": last.batch_id, "output_base": base, "fence": seen[2] + 1}))
+        committing = True
+        new_last = _commit(spark, where, t, staged, seen, first, last, attempt, tag)
     except BaseException as e:
-        state.remove(spark, staged.folder)
+        if not committing:  # after the commit point was tried, ``finish`` decides: publish or remove
+            state.remove(spark, staged.folder)
         if isinstance(e, ConcurrentBatchError):  # fenced out, in a replayed batch or at the end
             raise ConcurrentBatchError(f"{where}: another batch or replay committed while this replay ran; this "
                                        "replay published nothing. Run it again over the range as it is now.") from e
@@ -242,52 +251,62 @@ def _seed(spark: SparkSession, ledger: str, before: Row | None, schema) -> None:
         state.save(spark.createDataFrame([tuple(before)], schema), ledger, f"{state.TAG}seed", mergeSchema="true")
 
 
-def _emitted_since(spark: SparkSession, p: Pipeline, t: state.Tables, first_batch_id: str) -> int:
-    """Rows of an append-only sink emitted from ``first_batch_id`` on."""
+def _emitted_since(spark: SparkSession, p: Pipeline, t: state.Tables, first_batch_id: str, last_batch_id: str) -> int:
+    """Rows of an append-only sink emitted by the batches ``first_batch_id`` .. ``last_batch_id``."""
     if p.suppression is None or not state.exists(spark, t.output):
         return 0
-    return state.read(spark, t.output).filter(F.col("emitted_batch_id") >= first_batch_id).count()
+    return state.read(spark, t.output).filter(F.col("emitted_batch_id").between(first_batch_id, last_batch_id)).count()
 
 
-def _commit(spark: SparkSession, where: str, t: state.Tables, staged: _Staged, read_version: int, first, last,
-            attempt: str, tag: str) -> Row:
+def _commit(spark: SparkSession, where: str, t: state.Tables, staged: _Staged, seen: tuple[str, int, int],
+            first, last, attempt: str, tag: str) -> Row:
     """The commit point, one ledger commit: the range's rows become 'replaced' and the replayed
     batches 'committed' (under the replay's attempt, which names its staging folder). Fenced
     like a batch's commit; returns the new last committed row."""
-    old = state.read(spark, t.ledger, read_version).filter(F.col("seq") >= first.seq)
+    old = state.read(spark, t.ledger, seen[1]).filter(F.col("seq") >= first.seq)
     status = F.when((F.col("status") == "committed") & (F.col("seq") <= last.seq), "replaced").otherwise(F.col("status"))
     new = (state.read(spark, staged.ledger).filter((F.col("status") == "committed") & (F.col("seq") >= first.seq))
            .withColumn("attempt", F.lit(attempt))   # the staged sink's versions mean nothing here:
            .withColumn("output_base", F.when(F.col("seq") == first.seq, F.lit(first.asDict().get("output_base")))
                        .cast("long")))              # the range is published at once, from before its first
     rows = old.withColumn("status", status).unionByName(new, allowMissingColumns=True).localCheckpoint()
-    made = state.commit_point(rows, t.ledger, read_version, tag, "overwrite",
+    made = state.commit_point(rows, t.ledger, seen[1], seen[2], tag, "overwrite",
                               replaceWhere=f"seq >= {int(first.seq)}", mergeSchema="true")
     if made is None:
         raise ConcurrentBatchError(f"{where}: fenced out at its commit point")
     return new.orderBy(F.desc("seq")).limit(1).collect()[0]
 
 
-def _replace(spark: SparkSession, source: str, target: str, where: str, tag: str) -> None:
-    """In one commit, replace the rows of ``target`` matching ``where`` by the rows of ``source``."""
-    if not state.exists(spark, source) and not state.exists(spark, target):
-        return
-    rows = state.read(spark, source) if state.exists(spark, source) else None
+def _replace(spark: SparkSession, rows: DataFrame | None, target: str, where: str, tag: str, once: dict) -> None:
+    """In one commit, replace the rows of ``target`` matching ``where`` by ``rows`` (None: by no rows)."""
     if rows is None:
+        if not state.exists(spark, target):
+            return
         rows = spark.createDataFrame([], state.read(spark, target).schema)
     state.create(spark, target, rows.schema)
-    writer = rows.write.format("delta").mode("overwrite").option("replaceWhere", where)
-    state.tagged(spark, target, tag, lambda: writer.save(target))
+    state.save(rows, target, tag, "overwrite", replaceWhere=where, **once)
 
 
 def publish_range(rt: Runtime, p: Pipeline, t: state.Tables, folder: str, spec: dict, tag: str) -> None:
-    """Publish a committed replay's staged rows (idempotent: run again by whoever finds it staged)."""
+    """Publish a committed replay's staged rows, one commit per table, each skipped if this
+    replay's publication of it landed already (Delta transaction id ``REPLAYS``, version = the
+    replay's ledger fence): publishing again, or late beside another publisher, changes nothing."""
     spark, staged = rt.spark, _staged_tables(t, p, folder)
-    if state.exists(spark, staged.output):
-        sinks.replace_range(p, state.read(spark, staged.output), t.output, spec["first_batch_id"],
-                            spec["output_base"], tag)
-    elif p.suppression is not None and state.exists(spark, t.output):  # the range now emits nothing
-        empty = spark.createDataFrame([], state.read(spark, t.output).schema)
-        sinks.replace_range(p, empty, t.output, spec["first_batch_id"], None, tag)
-    for source, target in ((staged.late, t.late), (staged.metrics, t.metrics)):
-        _replace(spark, source, target, f"seq >= {int(spec['first_seq'])}", tag)
+    once = {"txnAppId": REPLAYS, "txnVersion": str(spec["fence"])}
+
+    def rows(name: str, path: str) -> DataFrame | None:
+        return state.read(spark, path) if name in spec["staged"] else None
+    first, last = _sql_string(spec["first_batch_id"]), _sql_string(spec["last_batch_id"])
+    sink = rows("output", staged.output)
+    if p.suppression is not None:
+        _replace(spark, sink, t.output, f"emitted_batch_id BETWEEN {first} AND {last}", tag, once)
+    elif sink is not None:
+        sinks.replace_all(p, sink, t.output, spec["output_base"], tag, once)
+    seqs = f"seq BETWEEN {int(spec['first_seq'])} AND {int(spec['last_seq'])}"
+    _replace(spark, rows("late_records", staged.late), t.late, seqs, tag, once)
+    _replace(spark, rows("metrics", staged.metrics), t.metrics, seqs, tag, once)
+
+
+def _sql_string(text: str) -> str:
+    """``text`` as a Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -189,6 +189,10 @@ class Runtime:
         except (Py4JJavaError, PySparkException) as e:
             text = str(getattr(e, "java_exception", None) or e)  # Py4JJavaError's own first line names no cause
             cause = (text.strip().splitlines() or [type(e).__name__])[0][:500]
+            if self._step in ("writing 'publish'", "publishing the last committed batch"):
+                raise BatchFailedError(
+                    f"{self._where}: failed while {self._step}: {cause}. The committed batch's rows stay staged; "
+                    "the next run of any batch of the pipeline publishes them once the cause is fixed.") from e
             raise BatchFailedError(
                 f"{self._where}: failed while {self._step}: {cause}. The batch is not committed; fix the "
                 "cause (see the chained Spark error) and re-run it.") from e
@@ -217,6 +221,7 @@ class Runtime:
             raise BatchOrderError(f"{where}: out of order: batch {last.batch_id!r} (seq {last.seq}) is already "
                                   "committed and batch ids must increase.")
         seq = last.seq + 1 if last else 1
+        self._undo_legacy_attempts(p, t, rows, last, seq)
         if last is not None and last.definition != _definition(p):
             raise DefinitionError(f"{where}: the pipeline definition changed incompatibly since batch "
                                   f"{last.batch_id!r}: was [{last.definition}], now [{_definition(p)}]. "
@@ -264,7 +269,8 @@ class Runtime:
             kept.release()
 
         versions = {name: written.get(name, base(name)) for name in ("state", "records", "buffer")}
-        state.put_text(self.spark, f"{staging}/{PUBLICATION}", json.dumps({"replay": False}))
+        staged = [name for name in ("output", "late_records") if name in writes]
+        state.put_text(self.spark, f"{staging}/{PUBLICATION}", json.dumps({"replay": False, "staged": staged}))
         commit = self._ledger_row(p, seq, batch_id, attempt, inp, last, sta, versions, values,
                                   output_base=state.latest_version(self.spark, t.output))
         self._write("ledger_commit", lambda: self._commit(p, t.ledger, seen, rows, commit, tag("ledger")))
@@ -274,15 +280,16 @@ class Runtime:
         return BatchResult(p.name, batch_id, seq, "committed", plan.emitted, int(counts.get("late_records") or 0),
                            to_datetime(sta), values)
 
-    def _commit(self, p: Pipeline, path: str, seen: tuple[str, int], rows: list[Row], commit: Row, tag: str) -> None:
+    def _commit(self, p: Pipeline, path: str, seen: tuple[str, int, int], rows: list[Row], commit: Row,
+                tag: str) -> None:
         """Pass the commit point, or stop: another batch or replay committed since the ledger was read."""
-        made = state.commit_point(self._ledger_frame(commit), path, seen[1], tag, mergeSchema="true")
+        made = state.commit_point(self._ledger_frame(commit), path, seen[1], seen[2], tag, mergeSchema="true")
         if made is None:
             raise ConcurrentBatchError(
                 f"{self._where}: another attempt of this batch (or a replay) committed first; this attempt "
                 "published nothing. Re-run the batch: it reports 'already committed' or runs on the new state.")
         if made == seen[1] + 1:  # nothing came between: the ledger this runtime knows is current
-            self._ledgers[path] = ((seen[0], made), [*rows, commit])
+            self._ledgers[path] = ((seen[0], made, seen[2] + 1), [*rows, commit])
 
     def _metrics(self, p: Pipeline, plan: "_Plan", inp, started_at: float) -> dict:
         """The batch's metrics row (KIP-328 names), recorded in its ledger row and published."""
@@ -305,19 +312,44 @@ class Runtime:
     def finish(self, p: Pipeline, last: Row | None) -> list[str]:
         """Publish committed batch ``last`` if it is still staged, and remove the staging
         folders of attempts that can no longer commit (an attempt of a committed sequence
-        number that is not the committed one). Idempotent: safe to run again at any point.
-        Returns the staging folders left: attempts of later batches, maybe still running."""
+        number that is not the committed one). Idempotent: safe to run again at any point, and
+        beside another runner's ``finish``. Returns the staging folders left: attempts of later
+        batches, maybe still running."""
         t, left = self.tables(p), []
         for name in state.list_names(self.spark, t.staging):
             seq, _, attempt = name.partition("-")
             folder = f"{t.staging}/{name}"
+            spec = None
             if last is not None and attempt == last.attempt:
-                self._publish(p, t, folder, last)
+                spec = json.loads(state.get_text(self.spark, f"{folder}/{PUBLICATION}") or "null")
+                # the staged tables are removed before the spec: one missing means published
+                if spec is not None and all(state.exists(self.spark, f"{folder}/{s}") for s in spec["staged"]):
+                    self._publish(p, t, folder, last, spec)
             elif last is None or not seq.isdigit() or int(seq) > last.seq:
                 left.append(name)
                 continue
+            for staged in (spec or {}).get("staged", []):
+                state.remove(self.spark, f"{folder}/{staged}")
             state.remove(self.spark, folder)
         return left
+
+    def _undo_legacy_attempts(self, p: Pipeline, t: state.Tables, rows: list[Row], last: Row | None, seq: int) -> None:
+        """Remove what an unfinished attempt of the previous protocol (a ledger row 'started',
+        which wrote results, metrics and late records before its commit) published."""
+        started = [r.batch_id for r in rows if r.status == "started" and r.seq == seq
+                   and not (r.fingerprint or "").startswith("replay@")]
+        if not started:
+            return
+        self._step = "undoing an unfinished attempt of an earlier version"
+        tag = f"{state.TAG}{p.name}.legacy@{seq}"
+        for path, rows_of in ((t.metrics, F.col("seq") == seq), (t.late, F.col("seq") == seq),
+                              (t.output, F.col("emitted_batch_id").isin(started) if p.suppression is not None else None)):
+            if rows_of is not None and state.exists(self.spark, path):
+                state.tagged(self.spark, path, tag, lambda path=path, rows_of=rows_of:
+                             DeltaTable.forPath(self.spark, path).delete(rows_of))
+        before = last.output_version if last is not None else None
+        if p.suppression is None and before is not None and state.latest_version(self.spark, t.output) != before:
+            state.reset(self.spark, t.output, before, tag)
 
     def _check_unfinished(self, t: state.Tables, pending: list[str], seq: int, batch_id: str) -> None:
         """Refuse to run a batch while an attempt of an earlier batch id at the same sequence
@@ -332,19 +364,18 @@ class Runtime:
                         f"failed, or still runs); run it to completion first, with its input corrected if "
                         "need be, so that its records are not skipped.")
 
-    def _publish(self, p: Pipeline, t: state.Tables, folder: str, last: Row) -> None:
-        spec = json.loads(state.get_text(self.spark, f"{folder}/{PUBLICATION}") or "{}")
+    def _publish(self, p: Pipeline, t: state.Tables, folder: str, last: Row, spec: dict) -> None:
+        """Publish a committed attempt's staged rows, each table once (Delta skips a repeat)."""
         tag = f"{state.TAG}{p.name}.publish@{last.seq}:{last.attempt}"
-        if spec.get("replay"):
+        if spec["replay"]:
             from .replay import publish_range
             publish_range(self, p, t, folder, spec, tag)
             return
-        staged = f"{folder}/output"
-        if state.exists(self.spark, staged):
-            sinks.publish(p, state.read(self.spark, staged), t.output, last.seq, tag,
+        if "output" in spec["staged"]:
+            sinks.publish(p, state.read(self.spark, f"{folder}/output"), t.output, last.seq, tag,
                           tombstones=getattr(t, "tombstones", False))
         once = {"txnAppId": state.LEDGER_APP, "txnVersion": str(last.seq)}
-        if state.exists(self.spark, f"{folder}/late_records"):
+        if "late_records" in spec["staged"]:
             state.save(state.read(self.spark, f"{folder}/late_records"), t.late, tag, **once)
         state.save(self._metrics_frame(p, last), t.metrics, tag, **once)
 
@@ -442,7 +473,9 @@ class Runtime:
         return to_epoch_millis(clock + self.max_clock_skew)
 
     def _as_of(self, path: str, version: int | None) -> DataFrame | None:
-        return None if version is None else state.read(self.spark, path, version)
+        """A state table's rows as of a recorded version, read from the current version when
+        only maintenance landed since (its files may be compacted and VACUUMed away)."""
+        return None if version is None else state.read(self.spark, path, state.same_rows(self.spark, path, version))
 
     def _ledger_row(self, p: Pipeline, seq: int, batch_id: str, attempt: str, inp, last: Row | None,
                     sta: int | None, versions: dict, values: dict, output_base: int | None) -> Row:
@@ -459,11 +492,11 @@ class Runtime:
     def _ledger_frame(self, row: Row) -> DataFrame:
         return self.spark.createDataFrame([row], state.LEDGER_SCHEMA)
 
-    def _read_ledger(self, path: str) -> tuple[tuple[str, int], list[Row]]:
-        """The ledger's (table id, version) and rows; rows this runtime already knows at that
-        version of that table are not read again (a Delta version never changes)."""
+    def _read_ledger(self, path: str) -> tuple[tuple[str, int, int], list[Row]]:
+        """The ledger's (table id, version, fence) and rows; rows this runtime already knows at
+        that version of that table are not read again (a Delta version never changes)."""
         state.create(self.spark, path, state.LEDGER_SCHEMA)
-        seen = state.head(self.spark, path)
+        seen = state.ledger_head(self.spark, path)
         known = self._ledgers.get(path)
         if known is not None and known[0] == seen:
             return known

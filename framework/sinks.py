@@ -76,16 +76,13 @@ def merge(p: Pipeline, rows: DataFrame, path: str, tombstones: bool = False) -> 
      .execute())
 
 
-def replace_range(p: Pipeline, rows: DataFrame, path: str, first_batch_id: str, base: int | None, tag: str) -> None:
-    """Publish a replay's staged rows for the batches from ``first_batch_id`` on: an append-only
-    sink's rows emitted in the range are replaced in one commit; a MERGEd sink goes back to
-    version ``base`` (before the range) and takes the range's changes. Idempotent."""
-    spark = rows.sparkSession
-    if p.suppression is not None:
-        state.create(spark, path, rows.schema)
-        quoted = "'" + first_batch_id.replace("\\", "\\\\").replace("'", "\\'") + "'"
-        state.save(rows, path, tag, "overwrite", replaceWhere=f"emitted_batch_id >= {quoted}")
-        return
-    if state.exists(spark, path):
-        state.reset(spark, path, base, f"{tag}#reset")
-    state.tagged(spark, path, tag, lambda: merge(p, rows, path))
+def replace_all(p: Pipeline, changes: DataFrame, path: str, base: int | None, tag: str, once: dict) -> None:
+    """A MERGEd sink as of version ``base`` (None: empty) with ``changes`` (rows with ``_gone``)
+    applied, written over the sink in one commit: a replay's publication."""
+    spark = changes.sparkSession
+    kept = changes.filter(~F.col(GONE)).drop(GONE)
+    if base is not None:
+        kept = state.read(spark, path, base).join(changes.select(*p.identity), p.identity, "left_anti") \
+            .unionByName(kept)
+    state.create(spark, path, kept.schema)
+    state.save(kept.localCheckpoint(), path, tag, "overwrite", **once)

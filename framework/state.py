@@ -123,11 +123,23 @@ def head(spark: SparkSession, path: str) -> tuple[str, int] | None:
     """The table's id (new when a table is created again at the same path) and current version,
     or None if it does not exist yet (reads the log's listing, no Spark job: ``DeltaLog.update``
     with its default arguments, called from Python)."""
+    snapshot = _snapshot(spark, path)
+    return None if snapshot is None else (snapshot.metadata().id(), snapshot.version())
+
+
+def ledger_head(spark: SparkSession, path: str) -> tuple[str, int, int]:
+    """The ledger's id, current version and *fence*: the last transaction version a batch or
+    replay committed with (``commit_point``), 0 before the first, from one snapshot."""
+    snapshot = _snapshot(spark, path)
+    recorded = snapshot.transactions().get(LEDGER_APP)
+    return snapshot.metadata().id(), snapshot.version(), int(recorded.get()) if recorded.isDefined() else 0
+
+
+def _snapshot(spark: SparkSession, path: str):
     if not exists(spark, path):
         return None
     log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    snapshot = log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")())
-    return snapshot.metadata().id(), snapshot.version()
+    return log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")())
 
 
 def latest_version(spark: SparkSession, path: str) -> int | None:
@@ -138,14 +150,28 @@ def latest_version(spark: SparkSession, path: str) -> int | None:
 
 def history_since(spark: SparkSession, path: str, version: int | None) -> list:
     """The table's commits after ``version`` (None: all), oldest first: version, operation,
-    userMetadata."""
+    userMetadata. Reads the latest commits with room to spare, and again with more if commits
+    landing meanwhile pushed a wanted one out."""
     head = latest_version(spark, path)
     if head is None or (version is not None and head <= version):
         return []
-    table = DeltaTable.forPath(spark, path)
-    history = table.history() if version is None else table.history(head - version)
-    rows = history.select("version", "operation", "userMetadata").collect()
-    return sorted((r for r in rows if version is None or r.version > version), key=lambda r: r.version)
+    table, wanted = DeltaTable.forPath(spark, path), head - (version if version is not None else -1)
+    while True:
+        rows = (table.history() if version is None else table.history(wanted + 8)) \
+            .select("version", "operation", "userMetadata").collect()
+        since = sorted((r for r in rows if version is None or r.version > version), key=lambda r: r.version)
+        if version is None or (since and since[0].version == version + 1) or len(rows) < wanted + 8:
+            return since  # complete, or all the log still holds
+        wanted *= 2
+
+
+def same_rows(spark: SparkSession, path: str, version: int) -> int:
+    """The latest version of the table if it holds the same rows as ``version`` (only
+    maintenance landed since), else ``version``."""
+    head = latest_version(spark, path)
+    if head is None or head == version or any(changes_rows(c) for c in history_since(spark, path, version)):
+        return version
+    return head
 
 
 def changes_rows(commit) -> bool:
@@ -316,14 +342,14 @@ def _version_of(history: list, tag: str) -> int | None:
 
 
 def reset(spark: SparkSession, path: str, base: int | None, tag: str) -> int | None:
-    """Bring the table back to the content of version ``base`` (None: no rows) in one commit
-    tagged ``tag``; the version that now holds that content."""
-    table = DeltaTable.forPath(spark, path)
+    """Bring the table back to the rows of version ``base`` (None: no rows) in one commit tagged
+    ``tag``, keeping its current metadata (properties an operator set since stay); the version
+    that now holds those rows."""
     since = latest_version(spark, path)
     if base is None:
-        tagged(spark, path, tag, lambda: table.delete())
+        tagged(spark, path, tag, lambda: DeltaTable.forPath(spark, path).delete())
     else:
-        tagged(spark, path, tag, lambda: table.restoreToVersion(base))
+        save(read(spark, path, base), path, tag, "overwrite")
     made = _version_of(history_since(spark, path, since), tag)
     return since if made is None else made  # no commit: nothing needed undoing
 
@@ -356,16 +382,17 @@ def _advance(spark: SparkSession, path: str, base: int | None, tag: str, write: 
     return start if mine is None else mine
 
 
-def commit_point(df: DataFrame, path: str, read_version: int, tag: str, mode: str = "append",
+def commit_point(df: DataFrame, path: str, read_version: int, fence: int, tag: str, mode: str = "append",
                  **options: str) -> int | None:
     """Write ``df`` to the ledger at ``path`` in one commit, unless another batch or replay
-    committed to it since this attempt read it at ``read_version``; True if this commit landed.
+    committed to it since this attempt read it (at ``read_version``, with ``fence``, see
+    ``ledger_head``). Returns the version this commit made, or None if it was fenced out.
 
     Delta keeps the last ``txnVersion`` of ``LEDGER_APP`` in the table's log: a write whose
     version is not above it is skipped, and of two racing ones the second fails. Every ledger
-    write uses the version it read + 1, so this is a compare-and-append decided by Delta.
-    Returns the version this commit made, or None if it was fenced out."""
-    save(df, path, tag, mode, **options, txnAppId=LEDGER_APP, txnVersion=str(read_version + 1))
+    write uses the fence it read + 1, so this is a compare-and-set decided by Delta; maintenance
+    commits carry no transaction version and leave the fence as it was."""
+    save(df, path, tag, mode, **options, txnAppId=LEDGER_APP, txnVersion=str(fence + 1))
     return _version_of(history_since(df.sparkSession, path, read_version), tag)
 
 

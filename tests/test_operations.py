@@ -194,3 +194,26 @@ def test_a_crashed_attempt_reruns_with_corrected_input(spark, warehouse, tmp_pat
     assert run(rt, p, 1, FIXED_B1).status == "committed"
     run(rt, p, 2)
     assert snapshot(rt, p) == _clean(spark, tmp_path_factory, p, [BATCHES[0], FIXED_B1, BATCHES[2]])
+
+
+def test_a_maintenance_commit_between_two_attempts_reads_lets_only_one_commit(spark, warehouse, tmp_path_factory):
+    """Attempt 1 reads the ledger; OPTIMIZE and a property land on it; attempt 2 reads it (a
+    later version, the same batches); attempt 1 commits, then attempt 2 tries: it is fenced out."""
+    p = pipeline("fenced")
+    lake = f"{warehouse}/lake"
+    run(Runtime(spark, lake, quality=False), p, 0)
+    first_paused, second_paused = _Paused("ledger_commit"), _Paused("ledger_commit")
+    first = _in_thread(lambda: run(Runtime(spark.newSession(), lake, quality=False, before_write=first_paused), p, 1))
+    assert first_paused.reached.wait(300)
+    rt = Runtime(spark.newSession(), lake, quality=False)
+    _maintain(rt.spark, rt.tables(p).ledger, vacuum=False)
+    second = _in_thread(lambda: run(Runtime(spark.newSession(), lake, quality=False, before_write=second_paused),
+                                    p, 1, FIXED_B1))
+    assert second_paused.reached.wait(300)
+    first_paused.go.set()
+    assert first().get("value").status == "committed"
+    second_paused.go.set()
+    assert isinstance(second().get("error"), ConcurrentBatchError)
+    assert _committed(rt, p) == [(1, "b0"), (2, "b1")]
+    run(rt, p, 2)
+    assert snapshot(rt, p) == _clean(spark, tmp_path_factory, p)
