@@ -285,11 +285,14 @@ class Runtime:
         """Pass the commit point, or stop: another batch or replay committed since the ledger was read."""
         made = state.commit_point(self._ledger_frame(commit), path, seen[1], seen[2], tag, mergeSchema="true")
         if made is None:
-            raise ConcurrentBatchError(
-                f"{self._where}: another attempt of this batch (or a replay) committed first; this attempt "
-                "published nothing. Re-run the batch: it reports 'already committed' or runs on the new state.")
+            raise self._fenced_out()
         if made == seen[1] + 1:  # nothing came between: the ledger this runtime knows is current
             self._ledgers[path] = ((seen[0], made, seen[2] + 1), [*rows, commit])
+
+    def _fenced_out(self) -> ConcurrentBatchError:
+        return ConcurrentBatchError(
+            f"{self._where}: another attempt of this batch (or a replay) committed first; this attempt "
+            "published nothing. Re-run the batch: it reports 'already committed' or runs on the new state.")
 
     def _metrics(self, p: Pipeline, plan: "_Plan", inp, started_at: float) -> dict:
         """The batch's metrics row (KIP-328 names), recorded in its ledger row and published."""
@@ -444,6 +447,8 @@ class Runtime:
         except Exception as e:
             if not state.lost_race(e):
                 raise
+            if point == "ledger_commit":
+                raise self._fenced_out() from e
             raise ConcurrentBatchError(
                 f"{self._where}: another attempt or writer changed {point!r} at the same time; this attempt "
                 "stopped before its commit point. Re-run the batch: it runs again or reports 'already "

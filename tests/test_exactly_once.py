@@ -1,6 +1,7 @@
 """Exactly-once (SPEC 4): ordered batches, idempotent re-runs, and a crash at every write
 boundary followed by a re-run leaving exactly the tables of a clean run."""
 import shutil
+import threading
 
 import pytest
 
@@ -145,16 +146,24 @@ def test_two_runners_of_one_batch_at_once_commit_it_once(spark, warehouse):
     and reach the commit point at once: one commits, the other stops with ConcurrentBatchError."""
     p = pipeline("racing")
     run(Runtime(spark, warehouse, quality=False), p, 0)
-    gate = __import__("threading").Barrier(2)
+    gate = threading.Barrier(2)
+
+    def meet():
+        try:
+            gate.wait(300)
+        except threading.BrokenBarrierError:   # the other runner stopped before its commit point
+            pass
 
     def runner():
         rt = Runtime(spark.newSession(), warehouse, quality=False,
-                     before_write=lambda at: at == "ledger_commit" and gate.wait())
+                     before_write=lambda at: at == "ledger_commit" and meet())
         try:
             return run(rt, p, 1).status
         except ConcurrentBatchError as e:
             assert "'racing'" in str(e) and "'b1'" in str(e)
             return "refused"
+        finally:
+            gate.abort()
 
     outcomes = sorted(in_parallel([runner, runner]))
     assert outcomes == ["committed", "refused"]
