@@ -130,7 +130,8 @@ def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays
         assert spans[(later, "spark_batch")][0] >= spans[(earlier, "quality_gate")][1]
     _ran_hours_like_one_batch(spark, tmp_path, HOURS)
     ledger = spark.read.format("delta").load(str(tmp_path / "warehouse" / DAG_ID / "_ledger"))
-    assert [r.batch_id for r in ledger.filter("status = 'replayed'").collect()] == [f"replay {last}..{last}"]
+    replayed = ledger.filter(ledger.batch_id == last).collect()   # the replay re-ran the last batch
+    assert sorted(r.status for r in replayed) == ["committed", "replaced"]
 
 
 def _stop(process: subprocess.Popen) -> None:
