@@ -101,6 +101,11 @@ class _Kept:
             df.unpersist()
 
 
+def _recorded_metrics(row: Row) -> dict:
+    """A committed ledger row's metrics (kept as JSON beside its stream time)."""
+    return {**json.loads(row.metrics), "stream_time": to_datetime(row.stream_time)}
+
+
 def _definition(p: Pipeline) -> str:
     """The parts of a pipeline that state depends on; changing them needs a new pipeline."""
     w = p.windows.describe() if p.windows is not None else "none"
@@ -383,9 +388,7 @@ class Runtime:
         state.save(self._metrics_frame(p, last), t.metrics, tag, **once)
 
     def _metrics_frame(self, p: Pipeline, row: Row) -> DataFrame:
-        values = json.loads(row.metrics)
-        values["stream_time"] = to_datetime(row.stream_time)
-        return metrics.frame(self.spark, p.name, row.batch_id, row.seq, values)
+        return metrics.frame(self.spark, p.name, row.batch_id, row.seq, _recorded_metrics(row))
 
     def _plan(self, p: Pipeline, batch_id: str, seq: int, inp, last, batch_end: dt.datetime | None,
               kept: _Kept) -> _Plan:
@@ -588,8 +591,7 @@ class Runtime:
 
     def _result_of(self, p: Pipeline, row: Row, status: str) -> BatchResult:
         if "metrics" in row and row.metrics is not None:
-            values = json.loads(row.metrics)
-            values["stream_time"] = to_datetime(row.stream_time)
+            values = _recorded_metrics(row)
         else:  # a ledger row from before metrics were kept in the ledger
             m = self.read_metrics(p).filter(F.col("seq") == row.seq).collect()
             values = m[0].asDict() if m else {}
