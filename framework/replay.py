@@ -91,8 +91,8 @@ class _Staged(state.Tables):
         return os.path.join(self.folder, "metrics")
 
     @property
-    def output(self) -> str:
-        return os.path.join(self.folder, self.sink)
+    def output(self) -> str:  # named as in the publication marker's list, whatever the sink's name
+        return os.path.join(self.folder, "output")
 
     @property
     def staging(self) -> str:
