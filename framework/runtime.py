@@ -194,7 +194,7 @@ class Runtime:
         except (Py4JJavaError, PySparkException) as e:
             text = str(getattr(e, "java_exception", None) or e)  # Py4JJavaError's own first line names no cause
             cause = (text.strip().splitlines() or [type(e).__name__])[0][:500]
-            if self._step in ("writing 'publish'", "publishing the last committed batch"):
+            if self._step == "writing 'publish'" or self._step.startswith("publishing"):
                 raise BatchFailedError(
                     f"{self._where}: failed while {self._step}: {cause}. The committed batch's rows stay staged; "
                     "the next run of any batch of the pipeline publishes them once the cause is fixed.") from e
@@ -259,13 +259,13 @@ class Runtime:
                       "records": lambda: self._write_records(p, outcome, base("records"), tag("records")),
                       "buffer": lambda: self._write_buffer(p, outcome, base("buffer"), tag("buffer"))}
             if plan.emitted:
-                writes["output"] = lambda: state.save(sinks.staged(p, rows_out), f"{staging}/output", tag("staged"))
+                writes["output"] = lambda: state.stage(sinks.staged(p, rows_out), f"{staging}/output")
             if counts.get("late_records"):
                 late = outcome.late.select(*p.keys, F.timestamp_millis("_ts").alias("event_time"),
                                            F.timestamp_millis("_sb").alias("stream_time_before"),
                                            F.lit(batch_id).alias("batch_id"), F.lit(seq).cast("long").alias("seq"),
                                            F.to_json(F.struct(*[F.col(c) for c in input_df.columns])).alias("record"))
-                writes["late_records"] = lambda: state.save(late, f"{staging}/late_records", tag("staged"))
+                writes["late_records"] = lambda: state.stage(late, f"{staging}/late_records")
             written = dict(zip(writes, self._concurrently({
                 f"writing {point!r}": lambda point=point, action=action: self._write(point, action)
                 for point, action in writes.items()})))
@@ -331,7 +331,7 @@ class Runtime:
             if last is not None and attempt == last.attempt:
                 spec = json.loads(state.get_text(self.spark, f"{folder}/{PUBLICATION}") or "null")
                 # the staged tables are removed before the spec: one missing means published
-                if spec is not None and all(state.exists(self.spark, f"{folder}/{s}") for s in spec["staged"]):
+                if spec is not None and all(state.is_staged(self.spark, f"{folder}/{s}") for s in spec["staged"]):
                     self._publish(p, t, folder, last, spec)
             elif last is None or not seq.isdigit() or int(seq) > last.seq:
                 left.append(name)
@@ -379,13 +379,16 @@ class Runtime:
             from .replay import publish_range
             publish_range(self, p, t, folder, spec, tag)
             return
-        if "output" in spec["staged"]:
-            sinks.publish(p, state.read(self.spark, f"{folder}/output"), t.output, last.seq, tag,
-                          tombstones=getattr(t, "tombstones", False))
         once = {"txnAppId": state.LEDGER_APP, "txnVersion": str(last.seq)}
+        tasks = {"publishing metrics": lambda: state.save(self._metrics_frame(p, last), t.metrics, tag, **once)}
+        if "output" in spec["staged"]:
+            tasks["publishing results"] = lambda: sinks.publish(
+                p, state.read_staged(self.spark, f"{folder}/output"), t.output, last.seq, tag,
+                tombstones=getattr(t, "tombstones", False))
         if "late_records" in spec["staged"]:
-            state.save(state.read(self.spark, f"{folder}/late_records"), t.late, tag, **once)
-        state.save(self._metrics_frame(p, last), t.metrics, tag, **once)
+            tasks["publishing late records"] = lambda: state.save(
+                state.read_staged(self.spark, f"{folder}/late_records"), t.late, tag, **once)
+        self._concurrently(tasks)  # three tables, each commit skipped by Delta if it landed already
 
     def _metrics_frame(self, p: Pipeline, row: Row) -> DataFrame:
         return metrics.frame(self.spark, p.name, row.batch_id, row.seq, _recorded_metrics(row))
@@ -504,10 +507,10 @@ class Runtime:
         """The ledger's (table id, version, fence) and rows; rows this runtime already knows at
         that version of that table are not read again (a Delta version never changes)."""
         state.create(self.spark, path, state.LEDGER_SCHEMA)
-        seen = state.ledger_head(self.spark, path)
         known = self._ledgers.get(path)
-        if known is not None and known[0] == seen:
-            return known
+        if known is not None and known[0][:2] == state.head(self.spark, path):
+            return known  # its fence too: reading the fence costs a Spark job
+        seen = state.ledger_head(self.spark, path)
         return seen, state.read(self.spark, path, seen[1]).collect()
 
     def _write_state(self, p: Pipeline, outcome: engine.Outcome, base: int | None, tag: str, sta: int | None,

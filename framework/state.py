@@ -425,6 +425,24 @@ def get_text(spark: SparkSession, path: str) -> str | None:
         reader.close()
 
 
+def stage(df: DataFrame, path: str) -> None:
+    """Keep ``df``'s rows at ``path`` for a later publication, as plain Parquet files: only
+    their publisher reads them, after a commit point that lands only once they are complete
+    (``_SUCCESS``), so a Delta log would add a commit and a snapshot and protect nothing."""
+    df.write.mode("overwrite").parquet(path)
+
+
+def is_staged(spark: SparkSession, path: str) -> bool:
+    """Whether ``path`` holds staged rows: complete Parquet files or a Delta table (a replay's)."""
+    fs, hadoop_path = _fs(spark, f"{path}/_SUCCESS")
+    return fs.exists(hadoop_path) or exists(spark, path)
+
+
+def read_staged(spark: SparkSession, path: str) -> DataFrame:
+    """The rows ``stage`` (or a replay's publication into its own folder) left at ``path``."""
+    return read(spark, path) if exists(spark, path) else spark.read.parquet(path)
+
+
 def list_names(spark: SparkSession, path: str) -> list[str]:
     """Names of the entries of folder ``path`` (empty if it does not exist)."""
     fs, hadoop_path = _fs(spark, path)
