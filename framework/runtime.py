@@ -31,7 +31,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from delta.tables import DeltaTable
 from py4j.protocol import Py4JJavaError
@@ -47,6 +47,9 @@ from .sources import check_drift, read_batch
 from .streamtime import arrival_order, at_batch_start, to_datetime, to_epoch_millis, with_stream_time
 from .topology import Pipeline
 from .windows import TimeWindows
+
+if TYPE_CHECKING:
+    from .replay import ReplayResult
 
 log = logging.getLogger("framework.runtime")
 
@@ -266,9 +269,13 @@ class Runtime:
                                            F.lit(batch_id).alias("batch_id"), F.lit(seq).cast("long").alias("seq"),
                                            F.to_json(F.struct(*[F.col(c) for c in input_df.columns])).alias("record"))
                 writes["late_records"] = lambda: state.stage(late, f"{staging}/late_records")
-            written = dict(zip(writes, self._concurrently({
-                f"writing {point!r}": lambda point=point, action=action: self._write(point, action)
-                for point, action in writes.items()})))
+            tasks = {f"writing {point!r}": lambda point=point, action=action: self._write(point, action)
+                     for point, action in writes.items()}
+            tasks["counting open windows"] = plan.open_now
+            for path in (t.ledger, t.metrics, *([t.output] if plan.emitted else []),
+                         *([t.late] if "late_records" in writes else [])):  # what the commit and publication write
+                tasks[f"reading {path}"] = lambda path=path: state.prepare(self.spark, path)
+            written = dict(zip(writes, self._concurrently(tasks)))
             values = self._metrics(p, plan, inp, started_at)
         finally:
             kept.release()
@@ -437,7 +444,7 @@ class Runtime:
         self._check_buffer(p, batch_id, batch, open_now, buffered)
         return _Plan(outcome, sta, counts, closed, emitted, open_now, buffered)
 
-    def replay(self, pipeline: Pipeline, batches) -> "ReplayResult":
+    def replay(self, pipeline: Pipeline, batches) -> ReplayResult:
         """Re-run the committed batches from ``batches[0]`` through the last one with the given
         input (``ReplayBatch`` or ``(batch_id, input_df)``), replacing their results atomically.
         See ``framework.replay``."""

@@ -48,6 +48,7 @@ from typing import Callable
 from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
@@ -140,6 +141,18 @@ def _snapshot(spark: SparkSession, path: str):
         return None
     log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
     return log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")())
+
+
+def prepare(spark: SparkSession, path: str) -> None:
+    """Compute the table's current snapshot with its transaction ids, which the next commit to
+    it needs first: done ahead, beside other work, that commit starts from a cached snapshot.
+    Best effort: if this fails, the commit computes them itself and reports what fails."""
+    try:
+        snapshot = _snapshot(spark, path)
+        if snapshot is not None:
+            snapshot.transactions()
+    except Py4JJavaError:
+        pass
 
 
 def latest_version(spark: SparkSession, path: str) -> int | None:
