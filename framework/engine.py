@@ -4,8 +4,8 @@ Pure DataFrame plans, no writes (writes belong to ``runtime``). Three strategies
 
 - time windows and plain tables: records are assigned to windows with SQL array functions,
   aggregated into partial columns and merged with the stored partials;
-- session windows: a per-key fold (sessions merge in arrival order, closed sessions never
-  merge again) assigns records to sessions; aggregation stays in SQL;
+- session windows: one pass over each key's rows in arrival order (``mapInArrow``: sessions
+  merge, closed sessions never merge again) assigns records to sessions; aggregation stays in SQL;
 - sliding windows: recent records are kept; windows a record defines are derived in SQL and
   aggregated from the records they hold.
 
@@ -14,11 +14,13 @@ A record joins window w only while ``close_time(w) > stream time before the reco
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterator
 
-import pandas as pd
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 from .aggregations import ARRIVAL
 from .streamtime import NO_TIME
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from .ratelimit import Limited
 
 NEVER = 2 ** 62  # close time of a plain (non-windowed) table's rows: they never close
+FOLD_BATCH_ROWS = 10_000  # rows of session assignments per Arrow batch a fold returns
 
 
 @dataclass
@@ -248,10 +251,11 @@ def _sessions(b: Batch, w: SessionWindows) -> Outcome:
                           F.lit(None).cast("long").alias("_sb"))
                .unionByName(b.records.select(*keys, F.lit(1).alias("_kind"), F.col(f"{ARRIVAL}.pos").alias("_id"),
                                              F.col("_ts").alias("_a"), F.col("_ts").alias("_b"), "_sb")))
-    key_schema = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in b.records.schema.fields if f.name in keys)
-    fold = _session_fold(keys, w.gap_ms, w.grace_ms)
-    assigned = members.groupBy(*keys).applyInPandas(
-        fold, f"{key_schema}, _kind int, _id long, _start long, _end long").localCheckpoint(eager=True)
+    schema = StructType([*(b.records.schema[k] for k in keys), StructField("_kind", IntegerType()),
+                         *(StructField(c, LongType()) for c in ("_id", "_start", "_end"))])
+    ordered = members.repartition(*keys).sortWithinPartitions(*keys, "_kind", "_id")
+    assigned = ordered.mapInArrow(_session_fold(keys, w.gap_ms, w.grace_ms, schema), schema) \
+        .localCheckpoint(eager=True)
 
     recs = b.records.withColumn("_id", F.col(f"{ARRIVAL}.pos"))
     rec_assign = recs.join(assigned.filter("_kind = 1").drop("_kind"), [*keys, "_id"])
@@ -282,32 +286,53 @@ def _sessions(b: Batch, w: SessionWindows) -> Outcome:
                    changes.filter(~F.col("_gone") & (F.col("_close") <= b.sta)), counted, counters, still_open)
 
 
-def _session_fold(keys: list[str], gap: int, grace: int):
-    """A pandas function: assign one key's open sessions and new records to sessions.
+def _session_fold(keys: list[str], gap: int, grace: int, schema: StructType):
+    """A ``mapInArrow`` function: assign open sessions and new records to sessions, key by key.
 
-    Records are taken in arrival order. A record joins every *open* session within ``gap``
-    (merging them); a session closed before the record arrived is left as it was emitted. A
-    record with no open neighbour whose own session is already closed is late (left out).
+    Its input is partitioned by key and sorted by key, kind (open sessions first) and arrival,
+    so one pass over the rows, in Arrow batches, sees each key's rows together. Records are
+    taken in arrival order. A record joins every *open* session within ``gap`` (merging them); a
+    session closed before the record arrived is left as it was emitted. A record with no open
+    neighbour whose own session is already closed is late (left out).
     """
-    def fold(members: pd.DataFrame) -> pd.DataFrame:
-        active, done = [], []
-        olds = members[members["_kind"] == 0]
-        for start, end, ident in zip(olds["_a"], olds["_b"], olds["_id"]):
-            active.append([int(start), int(end), [(0, int(ident))]])
-        recs = members[members["_kind"] == 1].sort_values("_id")
-        for ts, sb, ident in zip(recs["_a"].astype("int64"), recs["_sb"].astype("int64"), recs["_id"]):
-            done += [s for s in active if s[1] + 1 + gap + grace <= sb]
-            active = [s for s in active if s[1] + 1 + gap + grace > sb]
-            hit = [s for s in active if s[0] - gap <= ts <= s[1] + gap]
-            if not hit and ts + 1 + gap + grace <= sb:
-                continue
-            joined = [min([ts] + [s[0] for s in hit]), max([ts] + [s[1] for s in hit]),
-                      [m for s in hit for m in s[2]] + [(1, int(ident))]]
-            active = [s for s in active if all(s is not h for h in hit)] + [joined]
-        first = members.iloc[0]
-        rows = [(*[first[k] for k in keys], kind, ident, s[0], s[1])
-                for s in active + done for kind, ident in s[2]]
-        return pd.DataFrame(rows, columns=[*keys, "_kind", "_id", "_start", "_end"])
+    names = [*keys, "_kind", "_id", "_start", "_end"]
+    arrow = to_arrow_schema(schema)
+
+    def sessions_of(active: list, done: list, key: tuple, out: list) -> None:
+        out.extend((*key, kind, ident, s[0], s[1]) for s in active + done for kind, ident in s[2])
+
+    def to_batch(out: list) -> pa.RecordBatch:
+        columns = list(zip(*out)) if out else [[] for _ in names]
+        return pa.RecordBatch.from_arrays([pa.array(c, type=arrow.field(n).type) for n, c in zip(names, columns)],
+                                          schema=arrow)
+
+    def fold(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        key, active, done, out = None, [], [], []
+        for batch in batches:
+            rows = zip(zip(*(batch.column(k).to_pylist() for k in keys)), *(batch.column(c).to_pylist()
+                       for c in ("_kind", "_id", "_a", "_b", "_sb")))
+            for row_key, kind, ident, ts, end, sb in rows:
+                if row_key != key:
+                    if key is not None:
+                        sessions_of(active, done, key, out)
+                    key, active, done = row_key, [], []
+                if kind == 0:  # an open session: [start, end, members]
+                    active.append([ts, end, [(0, ident)]])
+                    continue
+                done += [s for s in active if s[1] + 1 + gap + grace <= sb]
+                active = [s for s in active if s[1] + 1 + gap + grace > sb]
+                hit = [s for s in active if s[0] - gap <= ts <= s[1] + gap]
+                if not hit and ts + 1 + gap + grace <= sb:
+                    continue
+                joined = [min([ts] + [s[0] for s in hit]), max([ts] + [s[1] for s in hit]),
+                          [m for s in hit for m in s[2]] + [(1, ident)]]
+                active = [s for s in active if all(s is not h for h in hit)] + [joined]
+            if len(out) >= FOLD_BATCH_ROWS:
+                yield to_batch(out)
+                out = []
+        if key is not None:
+            sessions_of(active, done, key, out)
+        yield to_batch(out)
     return fold
 
 
