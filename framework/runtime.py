@@ -9,12 +9,14 @@
    full strict buffer or input that fails while planning leaves nothing behind.
 4. Write, all at the same time: each state table *advanced* from its recorded version
    (``state.advance``: whatever an attempt that never committed left there is undone first),
-   and the sink rows and late records *staged* under ``_staging/<seq>-<attempt>``.
+   and the sink rows and late records *staged* under ``_staging/<seq>-<attempt>`` (Parquet
+   files: only their publisher reads them). Beside the writes, the snapshots of the tables
+   steps 5 and 6 commit to are read, so those commits start from cached snapshots.
 5. Append the ledger row (versions written, metrics) with ``state.commit_point``: Delta commits
    it only if no other batch or replay committed since the attempt read the ledger. This is
    the commit point; of overlapping attempts exactly one passes it, the others stop here.
-6. Publish: append the staged rows to the sink, late records and metrics tables (each once:
-   Delta's transaction id skips a repeat), then remove the staging folder. Whoever finds a
+6. Publish: append the staged rows to the sink, late records and metrics tables, all at once
+   (each once: Delta's transaction id skips a repeat), then remove the staging folder. Whoever finds a
    committed batch still staged (the committing attempt died) publishes it the same way.
 
 No attempt ever holds a claim, so nothing wedges: a batch that failed anywhere before step 5
