@@ -76,23 +76,18 @@ def _final_rows(work: Path) -> dict:
     return {"rows_a": len(a), "rows_b": len(b), "a_equals_b": a.equals(b)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batches", type=int, default=6)
-    ap.add_argument("--events-per-batch", type=int, default=100_000)
-    ap.add_argument("--keys", type=int, default=1_000)
-    ap.add_argument("--results", type=Path, default=HERE / "results")
-    args = ap.parse_args()
+def run(batches: int, events_per_batch: int, keys: int, results: Path) -> dict:
+    """Generate the batches, submit A and B alternately batch by batch, compare their final
+    rows, and write ``cold.json`` and ``cold.md`` under ``results``."""
     sys.path[:0] = [str(HERE), str(ROOT)]
     import vs_streaming as vs
 
     work = Path(tempfile.mkdtemp(prefix="bench-cold-"))
     try:
         (work / "in").mkdir()
-        (work / "b_in").mkdir()
-        vs.generate(work / "in", args.events_per_batch * args.batches, args.keys, args.batches, 0.05, 0.005, 1)
+        vs.generate(work / "in", events_per_batch * batches, keys, batches, 0.05, 0.005, 1)
         runs: dict[str, dict[str, list[float]]] = {n: {"wall": [], "after_start": []} for n in "AB"}
-        for i in range(args.batches):
+        for i in range(batches):
             for name in "AB":
                 wall, after = _submit(name.lower(), work, i)
                 runs[name]["wall"].append(round(wall, 2))
@@ -103,19 +98,33 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     med = {n: {k: round(statistics.median(v), 2) for k, v in r.items()} for n, r in runs.items()}
-    rep = {"batches": args.batches, "events_per_batch": args.events_per_batch, "keys": args.keys, "runs": runs,
+    rep = {"batches": batches, "events_per_batch": events_per_batch, "keys": keys, "runs": runs,
            "median": med, "ratio_a_over_b": round(med["A"]["wall"] / med["B"]["wall"], 2),
            "cross_check": check, "machine": {"cores": os.cpu_count(), "loadavg": os.getloadavg()[0]}}
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "cold.json").write_text(json.dumps(rep, indent=1) + "\n")
-    table = (f"**cold batches** (one spark-submit each): {args.batches} batches of {args.events_per_batch:,} "
-             f"events. A/B = {rep['ratio_a_over_b']} (median wall). A = B: {check['a_equals_b']} "
-             f"({check['rows_a']:,} rows).\n\n| runner | median wall s | median s after session start |\n"
-             "|---|---|---|\n"
-             f"| A: this framework | {med['A']['wall']:.1f} | {med['A']['after_start']:.1f} |\n"
-             f"| B: Structured Streaming | {med['B']['wall']:.1f} | {med['B']['after_start']:.1f} |\n")
-    (args.results / "cold.md").write_text(table)
-    print(table)
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "cold.json").write_text(json.dumps(rep, indent=1) + "\n")
+    (results / "cold.md").write_text(markdown(rep))
+    return rep
+
+
+def markdown(rep: dict) -> str:
+    med, check = rep["median"], rep["cross_check"]
+    return (f"**cold batches** (one spark-submit each): {rep['batches']} batches of {rep['events_per_batch']:,} "
+            f"events. A/B = {rep['ratio_a_over_b']} (median wall). A = B: {check['a_equals_b']} "
+            f"({check['rows_a']:,} rows).\n\n| runner | median wall s | median s after session start |\n"
+            "|---|---|---|\n"
+            f"| A: this framework | {med['A']['wall']:.1f} | {med['A']['after_start']:.1f} |\n"
+            f"| B: Structured Streaming | {med['B']['wall']:.1f} | {med['B']['after_start']:.1f} |\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", type=int, default=6)
+    ap.add_argument("--events-per-batch", type=int, default=100_000)
+    ap.add_argument("--keys", type=int, default=1_000)
+    ap.add_argument("--results", type=Path, default=HERE / "results")
+    args = ap.parse_args()
+    print(markdown(run(args.batches, args.events_per_batch, args.keys, args.results)))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""Smoke test of the side-by-side benchmark (bench/vs_streaming.py) at a tiny size: it runs end to
-end on real Spark and Delta, A = B = ground truth on in-order data, and the report has its fields.
+"""Smoke tests of the benchmarks (bench/vs_streaming.py, bench/cold.py) at a tiny size: they run end
+to end on real Spark and Delta, A = B = ground truth on in-order data, and the reports have their fields.
 No timing is asserted (the machine may be shared)."""
 import json
 import sys
@@ -20,3 +20,22 @@ def test_bench_tumbling_tiny(spark, tmp_path):
         assert field in saved
     assert all(len(saved["seconds"][n]) == 2 for n in "ABC")
     assert (tmp_path / "tumbling-smoke.png").stat().st_size > 0 and (tmp_path / "tumbling-smoke.md").exists()
+
+
+def test_bench_tumbling_tiny_with_per_record_lateness(spark, tmp_path):
+    """The default lateness rule's row: reported beside B, not judged equal to it."""
+    rep = run(spark, "tumbling", "smoke", events=1_000, batches=2, keys=10, out_of_order=0.0, too_late=0.0,
+              seed=1, results=tmp_path, lateness="record")
+    assert rep["lateness"] == "record" and rep["cross_check"]["passed"] is None
+    assert rep["cross_check"]["rows_a"] > 0 and (tmp_path / "tumbling-smoke-record.json").exists()
+
+
+def test_cold_bench_submits_each_batch_and_compares_final_rows(tmp_path):
+    """bench/cold.py at two tiny batches (the second closes the first hour's windows): A and B
+    each run as their own spark-submit, and their final rows are equal. No timing asserted."""
+    from cold import run as cold_run
+
+    rep = cold_run(batches=2, events_per_batch=200, keys=5, results=tmp_path)
+    assert rep["cross_check"]["a_equals_b"] and rep["cross_check"]["rows_a"] > 0
+    assert all(len(rep["runs"][n]["wall"]) == 2 and rep["runs"][n]["after_start"][0] > 0 for n in "AB")
+    assert (tmp_path / "cold.md").read_text().startswith("**cold batches**")
