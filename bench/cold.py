@@ -27,6 +27,10 @@ import tempfile
 import time
 from importlib.metadata import version
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -63,22 +67,19 @@ def _submit(runner: str, work: Path, batch: int) -> tuple[float, float]:
     return wall, float(line[len(MARK):].split()[0])
 
 
-def _final_rows(work: Path) -> dict:
-    """A's and B's final rows compared (in this process: one more Spark start, not timed)."""
-    sys.path[:0] = [str(HERE), str(ROOT)]
+def _final_rows(spark: SparkSession, work: Path) -> dict:
+    """A's and B's final rows compared (in this process, not timed)."""
     import vs_streaming as vs
-    from framework import spark_session
 
-    spark = spark_session("cold-check")
     a = vs._spark_rows(spark.read.format("delta").load(str(work / "a" / "bench" / "final")))
     b = vs._spark_rows(spark.read.format("delta").load(str(work / "b_out")))
-    spark.stop()
     return {"rows_a": len(a), "rows_b": len(b), "a_equals_b": a.equals(b)}
 
 
-def run(batches: int, events_per_batch: int, keys: int, results: Path) -> dict:
+def run(spark: SparkSession, batches: int, events_per_batch: int, keys: int, results: Path) -> dict:
     """Generate the batches, submit A and B alternately batch by batch, compare their final
-    rows, and write ``cold.json`` and ``cold.md`` under ``results``."""
+    rows (read with ``spark``, which the submits do not use), and write ``cold.json`` and
+    ``cold.md`` under ``results``."""
     sys.path[:0] = [str(HERE), str(ROOT)]
     import vs_streaming as vs
 
@@ -94,7 +95,7 @@ def run(batches: int, events_per_batch: int, keys: int, results: Path) -> dict:
                 runs[name]["after_start"].append(round(after, 2))
             print(f"batch {i}: A {runs['A']['wall'][-1]:.1f}s (after start {runs['A']['after_start'][-1]:.1f}s)  "
                   f"B {runs['B']['wall'][-1]:.1f}s (after start {runs['B']['after_start'][-1]:.1f}s)", flush=True)
-        check = _final_rows(work)
+        check = _final_rows(spark, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     med = {n: {k: round(statistics.median(v), 2) for k, v in r.items()} for n, r in runs.items()}
@@ -124,7 +125,14 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=1_000)
     ap.add_argument("--results", type=Path, default=HERE / "results")
     args = ap.parse_args()
-    print(markdown(run(args.batches, args.events_per_batch, args.keys, args.results)))
+    sys.path[:0] = [str(HERE), str(ROOT)]
+    from framework import spark_session
+
+    spark = spark_session("cold-check")
+    try:
+        print(markdown(run(spark, args.batches, args.events_per_batch, args.keys, args.results)))
+    finally:
+        spark.stop()
 
 
 if __name__ == "__main__":
