@@ -27,23 +27,22 @@ import tempfile
 import time
 from importlib.metadata import version
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path[:0] = [str(HERE), str(ROOT)]   # vs_streaming and framework, also inside spark-submit
+
+import vs_streaming as vs  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+
+from framework import spark_session  # noqa: E402
+
 MARK = "cold-bench-seconds-after-start="   # printed by a worker: its time after the session started
 
 
 def worker(runner: str, work: Path, batch: int) -> None:
     """One batch of ``runner`` (``a`` or ``b``) inside spark-submit."""
     started = time.monotonic()
-    sys.path[:0] = [str(HERE), str(ROOT)]
-    import vs_streaming as vs
-    from framework import spark_session
-
     spark = spark_session(f"cold-{runner}", conf={"spark.sql.streaming.stateStore.providerClass": vs.ROCKSDB})
     ready = time.monotonic()
     r = vs.Runners(spark, work, vs.WORKLOADS["tumbling"])  # over the persistent work dir
@@ -69,8 +68,6 @@ def _submit(runner: str, work: Path, batch: int) -> tuple[float, float]:
 
 def _final_rows(spark: SparkSession, work: Path) -> dict:
     """A's and B's final rows compared (in this process, not timed)."""
-    import vs_streaming as vs
-
     a = vs._spark_rows(spark.read.format("delta").load(str(work / "a" / "bench" / "final")))
     b = vs._spark_rows(spark.read.format("delta").load(str(work / "b_out")))
     return {"rows_a": len(a), "rows_b": len(b), "a_equals_b": a.equals(b)}
@@ -80,9 +77,6 @@ def run(spark: SparkSession, batches: int, events_per_batch: int, keys: int, res
     """Generate the batches, submit A and B alternately batch by batch, compare their final
     rows (read with ``spark``, which the submits do not use), and write ``cold.json`` and
     ``cold.md`` under ``results``."""
-    sys.path[:0] = [str(HERE), str(ROOT)]
-    import vs_streaming as vs
-
     work = Path(tempfile.mkdtemp(prefix="bench-cold-"))
     try:
         (work / "in").mkdir()
@@ -125,9 +119,6 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=1_000)
     ap.add_argument("--results", type=Path, default=HERE / "results")
     args = ap.parse_args()
-    sys.path[:0] = [str(HERE), str(ROOT)]
-    from framework import spark_session
-
     spark = spark_session("cold-check")
     try:
         print(markdown(run(spark, args.batches, args.events_per_batch, args.keys, args.results)))

@@ -309,8 +309,8 @@ def _session_fold(keys: list[str], gap: int, grace: int, schema: StructType):
     def fold(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         key, active, done, out = None, [], [], []
         for batch in batches:
-            rows = zip(zip(*(batch.column(k).to_pylist() for k in keys)), *(batch.column(c).to_pylist()
-                       for c in ("_kind", "_id", "_a", "_b", "_sb")))
+            column = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+            rows = zip(zip(*(column[k] for k in keys)), *(column[c] for c in ("_kind", "_id", "_a", "_b", "_sb")))
             for row_key, kind, ident, ts, end, sb in rows:
                 if row_key != key:
                     if key is not None:

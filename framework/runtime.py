@@ -16,8 +16,8 @@
    it only if no other batch or replay committed since the attempt read the ledger. This is
    the commit point; of overlapping attempts exactly one passes it, the others stop here.
 6. Publish: append the staged rows to the sink, late records and metrics tables, all at once
-   (each once: Delta's transaction id skips a repeat), then remove the staging folder. Whoever finds a
-   committed batch still staged (the committing attempt died) publishes it the same way.
+   (each once: Delta's transaction id skips a repeat), then remove the staging folder. Whoever
+   finds a committed batch still staged (the committing attempt died) publishes it the same way.
 
 No attempt ever holds a claim, so nothing wedges: a batch that failed anywhere before step 5
 is re-run with the same or corrected input as if it had never run. Other writers' commits
@@ -359,8 +359,8 @@ class Runtime:
             return
         self._step = "undoing an unfinished attempt of an earlier version"
         tag = f"{state.TAG}{p.name}.legacy@{seq}"
-        for path, rows_of in ((t.metrics, F.col("seq") == seq), (t.late, F.col("seq") == seq),
-                              (t.output, F.col("emitted_batch_id").isin(started) if p.suppression is not None else None)):
+        output_rows = F.col("emitted_batch_id").isin(started) if p.suppression is not None else None
+        for path, rows_of in ((t.metrics, F.col("seq") == seq), (t.late, F.col("seq") == seq), (t.output, output_rows)):
             if rows_of is not None and state.exists(self.spark, path):
                 state.tagged(self.spark, path, tag, lambda path=path, rows_of=rows_of:
                              DeltaTable.forPath(self.spark, path).delete(rows_of))
