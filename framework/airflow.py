@@ -27,9 +27,12 @@ from datetime import datetime, timedelta
 from importlib.metadata import version
 from pathlib import Path
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk import DAG, CronDataIntervalTimetable, DeltaDataIntervalTimetable, Param
+try:
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.providers.standard.operators.python import PythonOperator
+    from airflow.sdk import DAG, CronDataIntervalTimetable, DeltaDataIntervalTimetable, Param
+except ModuleNotFoundError as e:  # Airflow is an extra: Spark jobs on a cluster do not need it
+    raise ImportError(f"framework.airflow needs Airflow: pip install 'finalresults[airflow]' ({e})") from e
 
 from .batchjob import load_job
 

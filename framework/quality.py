@@ -1,9 +1,9 @@
 """Data quality with Great Expectations: suites from files, validation, write-audit-publish.
 
 A pipeline's suite is the default template for results tables
-(``expectations/final_results.template.json``, filled in for the pipeline's keys and windows)
-plus the pipeline's own file ``expectations/<pipeline>.json``, if any: a GX suite whose
-expectations each say ``"meta": {"severity": "critical" | "warning"}`` (default critical).
+(``framework/final_results.template.json``, package data, filled in for the pipeline's keys and
+windows) plus the pipeline's own file ``expectations/<pipeline>.json``, if any: a GX suite
+whose expectations each say ``"meta": {"severity": "critical" | "warning"}`` (default critical).
 
 ``gate`` audits a batch's rows before they are published: a failed critical expectation raises
 ``QualityGateError`` and the batch writes nothing; warnings are only recorded. Every run given a
@@ -39,8 +39,10 @@ from .windows import SessionWindows, SlidingWindows
 
 log = logging.getLogger("framework.quality")
 
+# The template ships inside the package, so an installed wheel gates batches anywhere; the
+# pipelines' own suites are the user's files, by default in the repository's expectations/.
+TEMPLATE = Path(__file__).resolve().parent / "final_results.template.json"
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / "expectations"
-TEMPLATE = DEFAULT_DIR / "final_results.template.json"
 SEVERITIES = ("critical", "warning")
 EXAMPLES = 3
 SITE = "warehouse"
