@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .errors import FrameworkError
 from .topology import Pipeline
@@ -142,25 +142,36 @@ def run_interval(spark: SparkSession, pipeline: Pipeline, table: str, start: dt.
 
 
 def replay_intervals(spark: SparkSession, pipeline: Pipeline, table: str, start: dt.datetime,
-                     stop: dt.datetime | None, every: dt.timedelta, warehouse: str, landing: str) -> ReplayResult:
+                     stop: dt.datetime | None, every: dt.timedelta, warehouse: str, landing: str,
+                     progress: Callable[[int, int], None] | None = None) -> ReplayResult:
     """Replay the batches of the ``every``-long intervals from ``start`` to ``stop`` with the
     landing records as they are now (after a fix). ``stop`` defaults to the end of the last
-    committed batch; a replay must reach it (see ``framework.replay``)."""
+    committed batch; a replay must reach it (see ``framework.replay``). ``progress(done, total)``
+    is called as each replayed batch has run (before the range commits)."""
     from pyspark.sql import functions as F
 
     from . import state
     from .replay import ReplayBatch
     from .runtime import Runtime
 
-    rt = Runtime(spark, warehouse)
+    ran = 0
+
+    def batch_ran(point: str) -> None:  # "publish" is each batch's last write point
+        nonlocal ran
+        if point == "publish" and progress is not None:
+            ran += 1
+            progress(ran, len(todo))
+
+    rt = Runtime(spark, warehouse, before_write=batch_ran)
     if stop is None:
         last = (rt.ledger(pipeline).filter("status = 'committed'").agg(F.max("batch_id")).first()[0]
                 if state.exists(spark, rt.tables(pipeline).ledger) else None)
         if last is None:
             raise JobError(f"pipeline {pipeline.name!r}: no committed batch under {warehouse}: nothing to replay")
         stop = parse_time(last, "the last committed batch id") + every
+    todo = intervals(start, stop, every)
     return rt.replay(pipeline, [ReplayBatch(batch_id(s), read_landing(spark, landing, table, s, e), e)
-                                for s, e in intervals(start, stop, every)])
+                                for s, e in todo])
 
 
 def summary(result: BatchResult) -> str:

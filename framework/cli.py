@@ -11,6 +11,7 @@ import argparse
 import datetime as dt
 import os
 import sys
+import time
 from types import ModuleType
 
 from .batchjob import (JobError, batch_id, check_interval, intervals, load_job, parse_duration, parse_time,
@@ -33,6 +34,32 @@ def _spark(args: argparse.Namespace, what: str):
     return spark_session(f"finalresults-{what}", master=args.master)
 
 
+class _Progress:
+    """Progress of a command over many intervals, one line on stderr per interval: done of total,
+    elapsed, and about how long is left at the pace of the intervals that did work so far (an
+    interval committed before is skipped at once and says nothing about the others)."""
+
+    def __init__(self, what: str):
+        self.what, self.started, self.worked = what, time.monotonic(), 0
+
+    def __call__(self, done: int, total: int, worked: bool = True) -> None:
+        self.worked += worked
+        elapsed = time.monotonic() - self.started
+        line = f"finalresults: {self.what}: {done}/{total} intervals, {_duration(elapsed)} elapsed"
+        if done < total and self.worked:
+            line += f", about {_duration(elapsed / self.worked * (total - done))} left"
+        print(line, file=sys.stderr, flush=True)
+
+
+def _duration(seconds: float) -> str:
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     job = load_job(args.job)
     start = parse_time(args.batch_start, "--batch-start")
@@ -47,13 +74,15 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     job = load_job(args.job)
     todo = intervals(parse_time(args.start, "--from"), parse_time(args.stop, "--to"), _schedule(job, args.every))
     spark = _spark(args, job.PIPELINE.name)
-    for start, end in todo:
+    progress = _Progress(f"backfill {job.PIPELINE.name}")
+    for n, (start, end) in enumerate(todo, 1):
         try:
             result = run_interval(spark, job.PIPELINE, job.LANDING, start, end, args.warehouse, args.landing)
         except FrameworkError as e:
             raise type(e)(f"{e} (backfill stopped at batch {batch_id(start)}; earlier batches are committed "
                           "and are skipped when the backfill is run again)") from e
-        print(summary(result))
+        print(summary(result), flush=True)
+        progress(n, len(todo), worked=result.status == "committed")
     return 0
 
 
@@ -65,7 +94,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if stop is not None:
         intervals(start, stop, every)  # refuse a misaligned range before Spark starts
     print(replay_summary(replay_intervals(_spark(args, f"{job.PIPELINE.name}-replay"), job.PIPELINE, job.LANDING,
-                                          start, stop, every, args.warehouse, args.landing)))
+                                          start, stop, every, args.warehouse, args.landing,
+                                          progress=_Progress(f"replay {job.PIPELINE.name}"))))
     return 0
 
 
@@ -82,6 +112,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     from .status import pipeline_status
 
     roots = _pipeline_roots(args)
+    if args.html:
+        from . import statuspage
+
+        spark = _spark(args, "status") if roots else None
+        text = statuspage.page(args.warehouse, [statuspage.read(spark, name, root) for name, root in roots])
+        with open(args.html, "w", encoding="utf-8") as out:
+            out.write(text)
+        print(f"{args.html}: status of {len(roots)} pipeline(s)")
+        return 0
     if not roots:
         print(f"no pipelines under {args.warehouse}")
         return 0
@@ -153,6 +192,8 @@ def parser() -> argparse.ArgumentParser:
     status = command("status", cmd_status, "Per pipeline: last batch, stream time, open windows, metrics.",
                      job=False)
     status.add_argument("jobs", nargs="*", metavar="job", help="job modules (default: every pipeline in the warehouse)")
+    status.add_argument("--html", metavar="FILE", help="write the status as one self-contained HTML page with "
+                        "charts of each pipeline's metrics over its batches, instead of printing it")
     command("describe", cmd_describe, "Print the topology and where its tables live.", spark=False)
     command("validate", cmd_validate, "Validate the committed results table with its expectation suite.")
     return root

@@ -1,0 +1,128 @@
+"""``status --html`` draws what the metrics table holds, stands alone, and long commands report progress.
+
+One warehouse for the module: ``user_alerts`` backfilled over three hours then replayed over its last
+two, and ``quiet``, whose only batch failed (a ledger, no batch).
+"""
+import contextlib
+import datetime as dt
+import io
+import re
+import sys
+import xml.etree.ElementTree as ET
+from datetime import timedelta as td
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from framework import BufferConfig, InputError, Pipeline, Runtime, Suppressed, TimeWindows, agg
+from framework.cli import main
+from framework.metrics import KIP_NAMES
+from framework.statuspage import CHARTS, PipelineState, page
+
+ROOT = Path(__file__).resolve().parents[1]
+ALERTS = str(ROOT / "jobs" / "user_alerts.py")
+START, END = dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 1, 3)
+QUIET = (Pipeline("quiet", timestamp="ts").group_by("k").windowed_by(TimeWindows.of_size_and_grace(td(hours=1), td(0)))
+         .aggregate(agg.count("n")).suppress(Suppressed.until_window_closes(BufferConfig.unbounded())).to("quiet_out"))
+PROGRESS = re.compile(r"finalresults: (backfill|replay) user_alerts: (\d+)/(\d+) intervals, (?:\d+ min )?\d+ s elapsed"
+                      r"(, about (?:\d+ min )?\d+ s left)?")
+
+
+def _run(argv):
+    """``main(argv)``'s exit status, stdout and stderr lines."""
+    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()) as err:
+        code = main(argv)
+    return code, out.getvalue().splitlines(), err.getvalue().splitlines()
+
+
+@pytest.fixture(scope="module")
+def lake(spark, tmp_path_factory):
+    sys.path.insert(0, str(ROOT))
+    from jobs import sample_data
+
+    root = tmp_path_factory.mktemp("status_page")
+    landing, warehouse = str(root / "landing"), str(root / "warehouse")
+    sample_data.generate(spark, landing, START, END, tables=("user_events",))
+    paths = ["--warehouse", warehouse, "--landing", landing]
+    backfill = _run(["backfill", ALERTS, "--from", START.isoformat(), "--to", END.isoformat(), *paths])
+    replay = _run(["replay", ALERTS, "--from", "2026-01-01T01:00", *paths])
+    with pytest.raises(InputError):  # reads (so creates) the ledger, then refuses the input
+        Runtime(spark, warehouse).run_batch(QUIET, "b0", spark.createDataFrame([("a",)], "k string"))
+    html = root / "status.html"
+    status = _run(["status", "--warehouse", warehouse, "--html", str(html)])
+    metrics = spark.read.format("delta").load(f"{warehouse}/user_alerts/metrics").orderBy("seq").collect()
+    return SimpleNamespace(backfill=backfill, replay=replay, status=status, page=html.read_text(encoding="utf-8"),
+                           metrics=[r.asDict() for r in metrics])
+
+
+def _sections(text):
+    return {s.get("data-pipeline"): s for s in ET.fromstring(text).iter("section")}
+
+
+def _points(series):
+    """(seq, value, how precise) of each point of a chart series, from its tooltips (``12.5 s``)."""
+    points = []
+    for circle in series.iter("circle"):
+        seq, _, shown = circle.find("title").text.split(" · ")
+        number, *unit = shown.replace(",", "").split()
+        per = {"s": 1000, "min": 60_000}.get(unit[0] if unit else "", 1)
+        points.append((int(seq.split()[1]), float(number) * per, 0.05 * per))
+    return points
+
+
+def test_backfill_and_replay_report_progress_on_stderr(lake):
+    for (code, out, err), command, total in ((lake.backfill, "backfill", 3), (lake.replay, "replay", 2)):
+        assert code == 0 and out, err
+        matches = [PROGRESS.fullmatch(line) for line in err]
+        assert all(matches), err
+        assert [(m[1], int(m[2]), int(m[3])) for m in matches] == [(command, n, total) for n in range(1, total + 1)]
+        assert all(m[4] for m in matches[:-1]) and not matches[-1][4]  # time left, until the last
+
+
+def test_page_has_a_section_per_pipeline_and_says_when_there_is_nothing_to_chart(lake):
+    assert lake.status[0] == 0 and "status of 2 pipeline(s)" in lake.status[1][0]
+    sections = _sections(lake.page)
+    assert set(sections) == {"quiet", "user_alerts"}
+    quiet = sections["quiet"]
+    assert "no batch committed yet" in quiet.find("pre").text
+    assert "nothing to chart" in " ".join(p.text for p in quiet.iter("p"))
+    assert not list(quiet.iter("svg"))
+    alerts = sections["user_alerts"]
+    assert "last batch     2026-01-01T02:00:00 (seq 3)" in alerts.find("pre").text
+
+
+def test_charts_plot_the_metrics_table_one_point_per_batch(lake):
+    alerts, rows = _sections(lake.page)["user_alerts"], lake.metrics
+    assert [r["seq"] for r in rows] == [1, 2, 3] and sum(r["records_in"] for r in rows) > 0
+    series = {g.get("data-metric"): g for g in alerts.iter("g") if g.get("class") == "series"}
+    recorded = {c for c in KIP_NAMES if any(r[c] is not None for r in rows)}
+    drawn = {c for _, columns, _ in CHARTS for c in columns if c in recorded}
+    assert {KIP_NAMES[c] for c in drawn} == set(series)
+    assert {"records_in", "late_records", "record_lateness_max", "windows_open", "batch_duration_ms"} <= drawn
+    for column in drawn:
+        g = series[KIP_NAMES[column]]
+        points = _points(g)
+        assert [seq for seq, _, _ in points] == [1, 2, 3], column
+        assert all(abs(value - r[column]) <= error for (_, value, error), r in zip(points, rows)), column
+        assert len(g.find("polyline").get("points").split()) == len(rows)
+        ys = [float(c.get("cy")) for c in g.iter("circle")]  # higher values are drawn higher
+        assert all((ys[i] - ys[j]) * (rows[i][column] - rows[j][column]) <= 1e-9
+                   for i in range(len(rows)) for j in range(len(rows)))
+    captions = {f.get("data-chart"): "".join(f.find("figcaption").itertext()) for f in alerts.iter("figure")}
+    assert f" records-in {rows[-1]['records_in']:,}" in captions["records in"]
+    assert "suppression-buffer-size-current" in " ".join(p.text or "" for p in alerts.iter("p"))  # not recorded
+
+
+def test_page_fetches_nothing(lake):
+    assert not re.search(r"https?:|<script|<link|<img|<iframe|@import|url\(|src=", lake.page, re.I)
+
+
+def test_text_is_escaped():
+    batch = '<script>alert("x")</script> & co'
+    text = page("/lake/<&>", [PipelineState("p", "p  (/lake/<&>/p)\n  last batch <b>", [
+        {"seq": 1, "batch_id": batch, **{c: 1 for c in KIP_NAMES}}])])
+    tree = ET.fromstring(text)  # well formed, and no element came from the text
+    assert not list(tree.iter("script")) and not list(tree.find(".//pre"))
+    assert batch in [c.find("title").text.split(" · ")[1] for c in tree.iter("circle")]
+    assert "last batch <b>" in tree.find(".//pre").text and "/lake/<&>" in tree.find(".//title").text
