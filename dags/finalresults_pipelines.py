@@ -2,7 +2,8 @@
 
 Paths come from the environment, with defaults under the repository's ``var/`` folder:
 FINALRESULTS_WAREHOUSE (pipeline tables), FINALRESULTS_LANDING (input tables), FINALRESULTS_JOBS
-(job modules) and FINALRESULTS_START (first data interval, ISO, UTC if naive).
+(job modules), FINALRESULTS_START (first data interval, ISO, UTC if naive) and, optionally,
+FINALRESULTS_END (the start of the last interval to run).
 """
 import os
 from datetime import datetime, timezone
@@ -16,10 +17,13 @@ LANDING = os.environ.get("FINALRESULTS_LANDING", str(REPO / "var" / "landing"))
 JOBS = Path(os.environ.get("FINALRESULTS_JOBS", REPO / "jobs"))
 START = datetime.fromisoformat(os.environ.get("FINALRESULTS_START", "2026-01-01T00:00:00"))
 START = START if START.tzinfo else START.replace(tzinfo=timezone.utc)
+END = datetime.fromisoformat(os.environ["FINALRESULTS_END"]) if os.environ.get("FINALRESULTS_END") else None
+END = END.replace(tzinfo=timezone.utc) if END and not END.tzinfo else END
+PATHS = {"warehouse": WAREHOUSE, "landing": LANDING, "end_date": END}
 
-user_alerts = pipeline_dag(str(JOBS / "user_alerts.py"), "0 * * * *", START, warehouse=WAREHOUSE, landing=LANDING)
-page_sessions = pipeline_dag(str(JOBS / "page_sessions.py"), None, START, warehouse=WAREHOUSE, landing=LANDING)
-sliding_metric = pipeline_dag(str(JOBS / "sliding_metric.py"), None, START, warehouse=WAREHOUSE, landing=LANDING)
+user_alerts = pipeline_dag(str(JOBS / "user_alerts.py"), "0 * * * *", START, **PATHS)
+page_sessions = pipeline_dag(str(JOBS / "page_sessions.py"), None, START, **PATHS)
+sliding_metric = pipeline_dag(str(JOBS / "sliding_metric.py"), None, START, **PATHS)
 
 # Manually triggered replays of a committed range (params: start, optional end).
 user_alerts_replay = replay_dag(str(JOBS / "user_alerts.py"), warehouse=WAREHOUSE, landing=LANDING)

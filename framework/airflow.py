@@ -9,7 +9,12 @@
   and a batch whose quality gate failed holds back the next one;
 - ``catchup=True`` by default: every interval since ``start_date`` must run once, or the records
   that arrived in a skipped interval would never be read;
-- retries are safe: a batch re-run with the same input is a no-op ("already committed").
+- retries are safe: a batch re-run with the same input is a no-op ("already committed");
+- data-aware downstream: the quality gate's outlet is the results table's ``Asset``
+  (``results_asset``); its event's extra names the batch it passed (id, seq, rows published,
+  stream time), so a DAG scheduled on the asset acts on exactly that batch's rows
+  (``published_batches``, then ``framework.downstream``). Replays emit no asset event: they
+  replace rows that downstream already acted on, which is an operator's decision to follow up.
 
 The Spark task runs ``spark-submit jobs/<name>.py`` through the ``spark_default`` connection
 (its host is the master: ``local[*]`` for one machine, ``spark://...`` or ``yarn`` for a cluster).
@@ -26,38 +31,78 @@ import sys
 from datetime import datetime, timedelta
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any, Mapping
+from urllib.parse import urlparse
 
 try:
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
     from airflow.providers.standard.operators.python import PythonOperator
-    from airflow.sdk import DAG, CronDataIntervalTimetable, DeltaDataIntervalTimetable, Param
+    from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, DeltaDataIntervalTimetable, Param
 except ModuleNotFoundError as e:  # Airflow is an extra: Spark jobs on a cluster do not need it
     raise ImportError(f"framework.airflow needs Airflow: pip install 'finalresults[airflow]' ({e})") from e
 
-from .batchjob import load_job
+from .batchjob import batch_id, load_job, parse_time
+from .errors import FrameworkError
 
 log = logging.getLogger("framework.airflow")
 
 # spark-submit starts the JVM before the job's Python runs, so Delta's jars must be on its command line.
 DELTA_PACKAGE = f"io.delta:delta-spark_2.13:{version('delta-spark')}"
+INTERVAL_START = "{{ data_interval_start.isoformat() }}"
 
 
-def quality_gate(job: str, warehouse: str) -> None:
+def results_asset(job_module: str, warehouse: str) -> Asset:
+    """The Airflow ``Asset`` of a job's results table: what its pipeline DAG's quality gate
+    updates once per committed batch, and what downstream DAGs schedule on.
+
+    Example::
+
+        alerts = results_asset("jobs/user_alerts.py", warehouse="/lake/warehouse")
+        with DAG("notify", schedule=[alerts]): ...
+    """
+    p = load_job(job_module).PIPELINE
+    path = f"{warehouse.rstrip('/')}/{p.name}/{p.sink or 'output'}"  # state.Tables.output, without importing Spark
+    uri = path if urlparse(path).scheme else Path(path).resolve().as_uri()
+    return Asset(name=f"finalresults.{p.name}.{p.sink or 'output'}", uri=uri, group="finalresults")
+
+
+def published_batches(context: Mapping[str, Any], asset: Asset) -> list[dict]:
+    """The batches named by the asset events that triggered this run (extras from
+    ``quality_gate``), in commit order; empty when the run was not triggered by ``asset``."""
+    events = (context.get("triggering_asset_events") or {}).get(asset, [])
+    batches = {e.extra["batch_id"]: dict(e.extra) for e in events if e.extra and "batch_id" in e.extra}
+    return sorted(batches.values(), key=lambda b: b["seq"])
+
+
+def quality_gate(job: str, warehouse: str, batch_start: str | None = None, **context: Any) -> None:
     """Task callable: validate the job's committed results table; fail the task listing violations.
 
     It reads the table with a Spark session of the Airflow worker ($SPARK_MASTER, else local[*]),
-    not through ``spark_default``: the check is a few scans of one results table.
+    not through ``spark_default``: the check is a few scans of one results table. Given the
+    run's ``batch_start`` (its data interval start), it annotates the task's results-asset event
+    (SPEC 6) with what that batch committed: batch id, seq, rows published, stream time.
     """
+    from .runtime import Runtime
     from .session import spark_session
     from .validation import validate_results
 
     pipeline = load_job(job).PIPELINE
-    report = validate_results(spark_session(f"finalresults-{pipeline.name}-gate"), pipeline, warehouse)
+    spark = spark_session(f"finalresults-{pipeline.name}-gate")
+    report = validate_results(spark, pipeline, warehouse)
     if report is None:
         log.info("pipeline %r: no result emitted yet: nothing to validate", pipeline.name)
-        return
-    log.info("%s%s", report.summary(), f"\nData Docs: {report.docs}" if report.docs else "")
-    report.raise_for_failures()
+    else:
+        log.info("%s%s", report.summary(), f"\nData Docs: {report.docs}" if report.docs else "")
+        report.raise_for_failures()
+    for asset in context["task"].outlets if batch_start is not None else ():
+        batch = batch_id(parse_time(batch_start, "batch start"))
+        done = Runtime(spark, warehouse).committed_batch(pipeline, batch)
+        if done is None:
+            raise FrameworkError(f"pipeline {pipeline.name!r}: batch {batch!r} is not committed: "
+                                 "its spark task must succeed first")
+        context["outlet_events"][asset].extra = {
+            "pipeline": pipeline.name, "batch_id": done.batch_id, "seq": done.seq, "rows_published": done.emitted,
+            "stream_time": done.stream_time.isoformat() if done.stream_time else None}
 
 
 def _timetable(schedule: timedelta | str, timezone: str):
@@ -86,13 +131,15 @@ def _submit(task_id: str, job, application: str, arguments: list[str], *, conn_i
         spark_binary=spark_binary or local_binary, application_args=arguments)
 
 
-def _gate(application: str, warehouse: str) -> PythonOperator:
-    return PythonOperator(task_id="quality_gate", python_callable=quality_gate,
-                          op_kwargs={"job": application, "warehouse": warehouse})
+def _gate(application: str, warehouse: str, outlet: Asset | None = None) -> PythonOperator:
+    batch = {"batch_start": INTERVAL_START} if outlet is not None else {}
+    return PythonOperator(task_id="quality_gate", python_callable=quality_gate, outlets=[outlet] if outlet else [],
+                          op_kwargs={"job": application, "warehouse": warehouse, **batch})
 
 
 def pipeline_dag(job_module: str, schedule: timedelta | str | None = None, start_date: datetime | None = None, *,
-                 warehouse: str, landing: str, dag_id: str | None = None, catchup: bool = True,
+                 warehouse: str, landing: str, end_date: datetime | None = None, catalog: str | None = None,
+                 metastore: str | None = None, dag_id: str | None = None, catchup: bool = True,
                  timezone: str = "UTC", conn_id: str = "spark_default", retries: int = 2,
                  retry_delay: timedelta = timedelta(minutes=1), spark_conf: dict[str, str] | None = None,
                  spark_env: dict[str, str] | None = None, spark_binary: str | None = None,
@@ -100,9 +147,12 @@ def pipeline_dag(job_module: str, schedule: timedelta | str | None = None, start
     """A DAG running ``job_module`` (a ``jobs/<name>.py`` path or dotted name) once per interval.
 
     ``schedule`` is a timedelta (fixed intervals) or a cron expression (intervals between cron
-    ticks, in ``timezone``); it defaults to the job's ``SCHEDULE``. ``warehouse`` and ``landing``
-    are the Delta folders passed to the job. ``spark_binary`` and ``spark_env`` default to the
-    spark-submit and Python of this environment; override them for a cluster.
+    ticks, in ``timezone``); it defaults to the job's ``SCHEDULE``. ``end_date``, if given, is the
+    start of the last interval the DAG runs (Airflow's meaning). ``warehouse`` and ``landing``
+    are the Delta folders passed to the job; ``catalog`` (and ``metastore``, an embedded one's
+    folder) keep the pipeline's tables in that catalog schema too (``framework.catalog``).
+    ``spark_binary`` and ``spark_env`` default to the spark-submit and Python of this
+    environment; override them for a cluster.
 
     Example::
 
@@ -116,19 +166,22 @@ def pipeline_dag(job_module: str, schedule: timedelta | str | None = None, start
         raise TypeError(f"job {job_module!r} declares no SCHEDULE: pass 'schedule'")
     if start_date is None:
         raise TypeError("'start_date' is required: the first interval the pipeline must process")
+    registered = [arg for flag, value in (("--catalog", catalog), ("--metastore", metastore)) if value
+                  for arg in (flag, value)]
     default_args = {"depends_on_past": True, "wait_for_downstream": True,
                     "retries": retries, "retry_delay": retry_delay}
     with DAG(dag_id=dag_id or pipeline.name, schedule=_timetable(schedule, timezone), start_date=start_date,
+             end_date=end_date,
              catchup=catchup, max_active_runs=1, default_args=default_args, tags=["finalresults"],
              description=(job.__doc__ or pipeline.name).strip().splitlines()[0],
              doc_md=f"```\n{pipeline.describe()}\n```") as dag:
         batch = _submit("spark_batch", job, application,
-                        ["--batch-start", "{{ data_interval_start.isoformat() }}",
+                        ["--batch-start", INTERVAL_START,
                          "--batch-end", "{{ data_interval_end.isoformat() }}",
-                         "--warehouse", warehouse, "--landing", landing],
+                         "--warehouse", warehouse, "--landing", landing, *registered],
                         conn_id=conn_id, spark_conf=spark_conf, spark_env=spark_env, spark_binary=spark_binary,
                         packages=packages)
-        batch >> _gate(application, warehouse)
+        batch >> _gate(application, warehouse, results_asset(application, warehouse))
     return dag
 
 

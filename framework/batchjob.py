@@ -132,13 +132,14 @@ def check_interval(pipeline: Pipeline, start: dt.datetime, end: dt.datetime) -> 
 
 
 def run_interval(spark: SparkSession, pipeline: Pipeline, table: str, start: dt.datetime, end: dt.datetime,
-                 warehouse: str, landing: str) -> BatchResult:
-    """Run the batch of ``pipeline`` for the data interval ``[start, end)`` of landing ``table``."""
+                 warehouse: str, landing: str, catalog: str | None = None) -> BatchResult:
+    """Run the batch of ``pipeline`` for the data interval ``[start, end)`` of landing ``table``
+    (its tables kept in catalog schema ``catalog`` too, if given)."""
     from .runtime import Runtime
 
     check_interval(pipeline, start, end)
     records = read_landing(spark, landing, table, start, end)
-    return Runtime(spark, warehouse).run_batch(pipeline, batch_id(start), records, batch_end=end)
+    return Runtime(spark, warehouse, catalog=catalog).run_batch(pipeline, batch_id(start), records, batch_end=end)
 
 
 def replay_intervals(spark: SparkSession, pipeline: Pipeline, table: str, start: dt.datetime,
@@ -198,6 +199,8 @@ def _arguments(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--every", help="with --replay: the interval length, e.g. 1h")
     parser.add_argument("--warehouse", required=True, help="folder of the pipelines' Delta tables")
     parser.add_argument("--landing", required=True, help="folder of the landing Delta tables")
+    parser.add_argument("--catalog", help="also keep the pipeline's tables in this catalog schema")
+    parser.add_argument("--metastore", help="folder of an embedded metastore for --catalog (one machine only)")
     return parser
 
 
@@ -212,15 +215,15 @@ def main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> int:
         end = parse_time(args.batch_end, "--batch-end") if args.batch_end else None
         if args.replay:
             every = parse_duration(args.every or "")
-            spark = spark_session(f"finalresults-{pipeline.name}-replay")
+            spark = spark_session(f"finalresults-{pipeline.name}-replay", metastore=args.metastore)
             print(replay_summary(replay_intervals(spark, pipeline, table, start, end, every, args.warehouse,
                                                   args.landing)))
             return 0
         if end is None:
             raise JobError("--batch-end is required (unless --replay)")
         check_interval(pipeline, start, end)
-        spark = spark_session(f"finalresults-{pipeline.name}")
-        print(summary(run_interval(spark, pipeline, table, start, end, args.warehouse, args.landing)))
+        spark = spark_session(f"finalresults-{pipeline.name}", metastore=args.metastore)
+        print(summary(run_interval(spark, pipeline, table, start, end, args.warehouse, args.landing, args.catalog)))
         return 0
     except FrameworkError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -31,7 +31,7 @@ def _schedule(job: ModuleType, every: str | None) -> dt.timedelta:
 def _spark(args: argparse.Namespace, what: str):
     from .session import spark_session
 
-    return spark_session(f"finalresults-{what}", master=args.master)
+    return spark_session(f"finalresults-{what}", master=args.master, metastore=getattr(args, "metastore", None))
 
 
 class _Progress:
@@ -66,7 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     end = parse_time(args.batch_end, "--batch-end") if args.batch_end else start + _schedule(job, None)
     check_interval(job.PIPELINE, start, end)
     print(summary(run_interval(_spark(args, job.PIPELINE.name), job.PIPELINE, job.LANDING, start, end,
-                               args.warehouse, args.landing)))
+                               args.warehouse, args.landing, args.catalog)))
     return 0
 
 
@@ -77,7 +77,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     progress = _Progress(f"backfill {job.PIPELINE.name}")
     for n, (start, end) in enumerate(todo, 1):
         try:
-            result = run_interval(spark, job.PIPELINE, job.LANDING, start, end, args.warehouse, args.landing)
+            result = run_interval(spark, job.PIPELINE, job.LANDING, start, end, args.warehouse, args.landing,
+                                  args.catalog)
         except FrameworkError as e:
             raise type(e)(f"{e} (backfill stopped at batch {batch_id(start)}; earlier batches are committed "
                           "and are skipped when the backfill is run again)") from e
@@ -179,6 +180,13 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--batch-end", help="interval end, exclusive (default: start + the job's SCHEDULE)")
     backfill = command("backfill", cmd_backfill, "Run consecutive intervals in order, from --from to --to.",
                        data=True)
+    for batches in (run, backfill):
+        batches.add_argument("--catalog", default=os.environ.get("FINALRESULTS_CATALOG"),
+                             help="also keep the pipeline's tables in this catalog schema (default: "
+                                  "$FINALRESULTS_CATALOG)")
+        batches.add_argument("--metastore", default=os.environ.get("FINALRESULTS_METASTORE"),
+                             help="folder of an embedded metastore for --catalog, one machine only (default: "
+                                  "$FINALRESULTS_METASTORE; else the session's catalog)")
     backfill.add_argument("--from", dest="start", required=True, help="first interval start, ISO timestamp")
     backfill.add_argument("--to", dest="stop", required=True, help="last interval end, ISO timestamp")
     backfill.add_argument("--every", help="interval length, e.g. 1h or 15m (default: the job's SCHEDULE)")

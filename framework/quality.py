@@ -40,9 +40,11 @@ from .windows import SessionWindows, SlidingWindows
 log = logging.getLogger("framework.quality")
 
 # The template ships inside the package, so an installed wheel gates batches anywhere; the
-# pipelines' own suites are the user's files, by default in the repository's expectations/.
+# pipelines' own suites are the user's files: in a checkout its expectations/ folder, where the
+# package is installed from a wheel ./expectations (or $FINALRESULTS_EXPECTATIONS).
 TEMPLATE = Path(__file__).resolve().parent / "final_results.template.json"
-DEFAULT_DIR = Path(__file__).resolve().parent.parent / "expectations"
+_CHECKOUT_DIR = Path(__file__).resolve().parent.parent / "expectations"
+DEFAULT_DIR = _CHECKOUT_DIR if _CHECKOUT_DIR.is_dir() else Path("expectations")
 SEVERITIES = ("critical", "warning")
 EXAMPLES = 3
 SITE = "warehouse"
@@ -194,12 +196,14 @@ def _suite_file(p: Pipeline, directory: str | Path | None) -> Path:
 def load_suite(pipeline: Pipeline, directory: str | Path | None = None) -> gx.ExpectationSuite:
     """The pipeline's suite: the default template plus ``<directory>/<pipeline>.json`` if present.
 
-    ``directory`` defaults to ``$FINALRESULTS_EXPECTATIONS`` or the repository's ``expectations/``.
-    Files are read on every call, so an edited suite applies to the next batch.
+    ``directory`` defaults to ``$FINALRESULTS_EXPECTATIONS``, else ``DEFAULT_DIR``. Files are
+    read on every call, so an edited suite applies to the next batch.
     """
     expectations = [_expectation(e, TEMPLATE) for e in _template(pipeline)]
     own = _suite_file(pipeline, directory)
-    if own.is_file():
+    if not own.is_file():
+        log.info("pipeline %r: no suite file %s: the template's expectations only", pipeline.name, own.resolve())
+    else:
         try:
             entries = json.loads(own.read_text())["expectations"]
         except (ValueError, KeyError, TypeError) as e:

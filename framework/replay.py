@@ -104,7 +104,7 @@ class _StagedRuntime(Runtime):
 
     def __init__(self, rt: Runtime, tables: _Staged):
         self.__dict__.update(rt.__dict__)
-        self._staged = tables
+        self._staged, self.catalog = tables, None  # the catalog names the live tables, never staged ones
 
     def tables(self, p: Pipeline) -> state.Tables:
         return self._staged

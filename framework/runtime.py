@@ -42,6 +42,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
+from . import catalog as tables_catalog
 from . import engine, metrics, ratelimit, sinks, state
 from .errors import (BatchFailedError, BatchOrderError, BufferFullError, ConcurrentBatchError, DefinitionError,
                      FingerprintMismatchError, FrameworkError)
@@ -127,6 +128,8 @@ class Runtime:
     ``bucket`` is the width of the close-time buckets that partition window state.
     ``max_clock_skew`` refuses a batch holding event times later than the clock (the batch's
     ``batch_end``, else now) plus this skew; ``None`` accepts any time.
+    ``catalog`` names a schema of the session's catalog that keeps the pipeline's tables as
+    external tables once a batch committed (``framework.catalog``): ``lake.user_alert_windows``.
 
     Example::
 
@@ -138,8 +141,10 @@ class Runtime:
     def __init__(self, spark: SparkSession, warehouse: str, bucket: dt.timedelta = dt.timedelta(hours=1),
                  quality: bool = True, expectations: str | None = None,
                  before_write: Callable[[str], None] | None = None,
-                 max_clock_skew: dt.timedelta | None = dt.timedelta(days=1)):
+                 max_clock_skew: dt.timedelta | None = dt.timedelta(days=1), catalog: str | None = None):
         self.spark = spark
+        self.catalog = catalog if catalog is None else tables_catalog.check_schema(catalog)
+        self._registered: set[str] = set()  # catalog tables this runtime registered or found
         self.warehouse = warehouse
         self.bucket_ms = bucket // dt.timedelta(milliseconds=1)
         self.quality, self.expectations = quality, expectations
@@ -163,6 +168,26 @@ class Runtime:
             return None
         rows = state.read(self.spark, path).filter("status = 'committed'").orderBy(F.desc("seq")).limit(1).collect()
         return rows[0] if rows else None
+
+    def committed_batch(self, p: Pipeline, batch_id: str) -> BatchResult | None:
+        """What batch ``batch_id`` of ``p`` did, as its ledger row records it; None until it commits."""
+        path = self.tables(p).ledger
+        if not state.exists(self.spark, path):
+            return None
+        rows = state.read(self.spark, path).filter((F.col("status") == "committed") & (F.col("batch_id") == batch_id))
+        row = rows.orderBy(F.desc("seq")).limit(1).collect()
+        return self._result_of(p, row[0], "committed") if row else None
+
+    def register(self, p: Pipeline) -> list[str]:
+        """Keep ``p``'s existing tables in the ``catalog`` schema (no-op without one); their names.
+        Each batch does it (tables registered before are skipped); call it for a pipeline that
+        ran elsewhere."""
+        if self.catalog is None:
+            return []
+        self._step = f"registering its tables in catalog schema {self.catalog!r}"
+        names = tables_catalog.register(self.spark, self.catalog, p, self.tables(p), skip=self._registered)
+        self._registered.update(names)
+        return names
 
     def read_output(self, p: Pipeline) -> DataFrame:
         """The results table: the published results of committed batches."""
@@ -195,7 +220,10 @@ class Runtime:
             raise FrameworkError(f"pipeline {p.name!r}: batch_id must be a non-empty string (<= 256 chars)")
         self._where, self._step = f"pipeline {p.name!r}, batch {batch_id!r}", "reading the ledger"
         try:
-            return self._run(p, batch_id, input_df, batch_end)
+            self.register(p)  # a catalog name taken by another table stops the batch before it runs
+            result = self._run(p, batch_id, input_df, batch_end)
+            self.register(p)
+            return result
         except (Py4JJavaError, PySparkException) as e:
             text = str(getattr(e, "java_exception", None) or e)  # Py4JJavaError's own first line names no cause
             cause = (text.strip().splitlines() or [type(e).__name__])[0][:500]
@@ -309,9 +337,11 @@ class Runtime:
             "published nothing. Re-run the batch: it reports 'already committed' or runs on the new state.")
 
     def _metrics(self, p: Pipeline, plan: "_Plan", inp, started_at: float) -> dict:
-        """The batch's metrics row (KIP-328 names), recorded in its ledger row and published."""
+        """The batch's metrics row (KIP-328 names), recorded in its ledger row and published; the
+        ledger row also keeps ``rows_published``, the rows the sink received (after any filter)."""
         final, buffered, open_now = p.suppressed_final, plan.buffered, plan.open_now()
-        values = dict(plan.counts, records_in=inp.count, suppression_emit_total=plan.closed if final else 0,
+        values = dict(plan.counts, records_in=inp.count, rows_published=plan.emitted,
+                      suppression_emit_total=plan.closed if final else 0,
                       windows_open=open_now, windows_closed=plan.closed,
                       suppression_buffer_count_current=open_now if final else None,
                       suppression_buffer_count_max=(open_now + plan.closed) if final else None,
@@ -570,7 +600,7 @@ class Runtime:
                              lambda: state.rewrite(outcome.limited.buffer, path, None, tag))
 
     def _buffer_path(self, p: Pipeline) -> str | None:
-        return self.tables(p).buffer(p.suppression.name or "suppress") if p.rate_limited else None
+        return self.tables(p).buffer(p.suppression.name) if p.rate_limited else None
 
     def _check_buffer(self, p: Pipeline, batch_id: str, batch: engine.Batch, held: Callable[[], int],
                       buffered: dict | None) -> None:
@@ -607,5 +637,6 @@ class Runtime:
         else:  # a ledger row from before metrics were kept in the ledger
             m = self.read_metrics(p).filter(F.col("seq") == row.seq).collect()
             values = m[0].asDict() if m else {}
-        return BatchResult(p.name, row.batch_id, row.seq, status, int(values.get("suppression_emit_total") or 0),
+        published = values.get("rows_published", values.get("suppression_emit_total"))  # older rows: no count
+        return BatchResult(p.name, row.batch_id, row.seq, status, int(published or 0),
                            int(values.get("late_records") or 0), to_datetime(row.stream_time), values)

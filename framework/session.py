@@ -34,11 +34,16 @@ DEFAULT_CONF = {
 
 
 def spark_session(app_name: str = "finalresults", master: str | None = None,
-                  conf: dict[str, str] | None = None, ui: bool = False) -> SparkSession:
+                  conf: dict[str, str] | None = None, ui: bool = False,
+                  metastore: str | None = None) -> SparkSession:
     """A SparkSession with Delta Lake enabled.
 
     The master is ``master``, else ``$SPARK_MASTER``, else spark-submit's ``--master`` when run
-    under spark-submit, else ``local[*]``; ``conf`` overrides any setting. The Spark UI is off unless ``ui=True`` (tests and CI never need it).
+    under spark-submit, else ``local[*]``; ``conf`` overrides any setting. The Spark UI is off
+    unless ``ui=True`` (tests and CI never need it). ``metastore`` is a folder for an embedded
+    (Derby) Hive metastore, so that catalog schemas and tables (``Runtime(catalog=...)``) outlive
+    the session on one machine; one process at a time may use it. Leave it out where the
+    deployment configures its own metastore.
 
     Example::
 
@@ -56,9 +61,22 @@ def spark_session(app_name: str = "finalresults", master: str | None = None,
         chosen = "local[*]"  # under spark-submit (gateway already up) its --master is kept
     if chosen:
         builder = builder.master(chosen)
-    settings = dict(DEFAULT_CONF, **{"spark.ui.enabled": str(ui).lower()}, **(conf or {}))
+    settings = dict(DEFAULT_CONF, **{"spark.ui.enabled": str(ui).lower()}, **_metastore_conf(metastore), **(conf or {}))
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = configure_spark_with_delta_pip(builder).getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
+    if metastore:  # Derby's log goes beside its database, not into the working folder
+        spark.sparkContext._jvm.java.lang.System.setProperty(
+            "derby.stream.error.file", os.path.join(os.path.abspath(metastore), "derby.log"))
     return spark
+
+
+def _metastore_conf(metastore: str | None) -> dict[str, str]:
+    if not metastore:
+        return {}
+    folder = os.path.abspath(metastore)
+    return {"spark.sql.catalogImplementation": "hive",
+            "spark.hadoop.javax.jdo.option.ConnectionURL":
+                f"jdbc:derby:;databaseName={folder}/metastore_db;create=true",
+            "spark.sql.warehouse.dir": os.path.join(folder, "managed")}

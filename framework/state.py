@@ -88,8 +88,9 @@ class Tables:
     def records(self) -> str:
         return os.path.join(self.root, "records")
 
-    def buffer(self, name: str) -> str:
-        return os.path.join(self.root, f"buffer_{name}")
+    def buffer(self, name: str | None) -> str:
+        """The rate-limiting buffer of suppression ``name`` (unnamed: ``suppress``)."""
+        return os.path.join(self.root, f"buffer_{name or 'suppress'}")
 
     @property
     def output(self) -> str:

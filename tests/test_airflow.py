@@ -26,16 +26,17 @@ def dagbag():
 
 def test_dag_file_has_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert set(dagbag.dag_ids) == PIPELINES | {f"{p}_replay" for p in PIPELINES}
+    assert set(dagbag.dag_ids) == PIPELINES | {f"{p}_replay" for p in PIPELINES} | {"user_alert_notifications"}
 
 
 def test_parsing_the_dag_file_imports_no_spark():
     code = ("import runpy, sys; runpy.run_path(sys.argv[1]); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'delta', 'great_expectations')))")
-    done = subprocess.run([sys.executable, "-c", code, str(DAGS / "finalresults_pipelines.py")],
-                          capture_output=True, text=True, env=os.environ)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
+    for dag_file in ("finalresults_pipelines.py", "user_alert_notifications.py"):
+        done = subprocess.run([sys.executable, "-c", code, str(DAGS / dag_file)],
+                              capture_output=True, text=True, env=os.environ)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize("dag_id", sorted(PIPELINES))
@@ -68,6 +69,23 @@ def test_spark_submit_then_quality_gate(dagbag, dag_id):
     assert args[:4] == ["--batch-start", "{{ data_interval_start.isoformat() }}",
                         "--batch-end", "{{ data_interval_end.isoformat() }}"]
     assert args[4::2] == ["--warehouse", "--landing"]
+    # the gate's outlet is the results table's asset; its event names the run's batch (SPEC 6)
+    sink = dagbag.dags[dag_id].get_task("spark_batch")  # same job module as the gate
+    assert [a.uri for a in gate.outlets] == [f"file://{args[5]}/{dag_id}/{_sink(sink.application)}"]
+    assert gate.op_kwargs["batch_start"] == args[1]
+
+
+def _sink(job_file: str) -> str:
+    from framework.batchjob import load_job
+
+    return load_job(job_file).PIPELINE.sink
+
+
+def test_the_downstream_dag_is_scheduled_on_the_alerts_asset(dagbag):
+    alerts_gate = dagbag.dags["user_alerts"].get_task("quality_gate")
+    downstream = dagbag.dags["user_alert_notifications"]
+    assert list(downstream.timetable.asset_condition.objects) == alerts_gate.outlets
+    assert dagbag.dags["user_alerts_replay"].get_task("quality_gate").outlets == []
 
 
 def test_a_cron_schedule_gets_a_cron_interval_timetable(dagbag):
@@ -120,3 +138,15 @@ def test_three_airflow_runs_give_the_one_batch_final_rows(spark, tmp_path):
                           capture_output=True, text=True, env=env, timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     _ran_hours_like_one_batch(spark, tmp_path, 3)
+
+
+def test_a_catalog_schema_is_passed_to_the_job_and_the_dag_can_end():
+    import datetime as dt
+
+    from framework.airflow import pipeline_dag
+
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    dag = pipeline_dag(str(ROOT / "jobs" / "user_alerts.py"), None, start, warehouse="/w", landing="/l",
+                       end_date=start + dt.timedelta(hours=5), catalog="lake", metastore="/m", dag_id="with_catalog")
+    assert dag.get_task("spark_batch").application_args[-4:] == ["--catalog", "lake", "--metastore", "/m"]
+    assert dag.end_date == start + dt.timedelta(hours=5)

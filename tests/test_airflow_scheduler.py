@@ -4,8 +4,10 @@ A real deployment on loopback, on a temporary SQLite home: ``airflow db migrate`
 execution API server, the scheduler (LocalExecutor, no log server) and the dag-processor as
 separate processes (each in its own process group, killed at the end whatever happens), and
 ``airflow backfill create`` for two hourly intervals of ``user_alerts``; then its replay DAG,
-triggered with params, replays the last batch. The scheduler creates no scheduled runs
-(``use_job_schedule=False``): every run is the backfill's or the trigger's.
+triggered with params, replays the last batch. The pipeline DAG ends where the backfill does, so
+every run of it is the backfill's. Data-aware downstream (SPEC 6): the gates' asset events
+trigger ``user_alert_notifications``, which puts each final row in its outbox once, also when
+its task is retried.
 """
 import datetime as dt
 import json
@@ -25,6 +27,7 @@ from test_airflow import DAGS, ROOT, _ran_hours_like_one_batch
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 START, HOURS, DAG_ID = dt.datetime(2026, 1, 1), 2, "user_alerts"   # two runs suffice to show their order
+NOTIFY = "user_alert_notifications"  # downstream of user_alerts' results asset
 DEADLINE = 900  # seconds per wait; a spark-submit takes 45 s idle, 3 min when the 2 cores are shared
 
 
@@ -38,15 +41,18 @@ def _environment(root: Path) -> dict[str, str]:
         # three processes and the CLI write to one SQLite file: wait for its lock, not 5 s
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{root / 'airflow' / 'airflow.db'}?timeout=60",
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__PARALLELISM": "2",
-        # runs come from the backfill only: no scheduled catch-up from the start date up to today
-        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        # the pipeline's runs come from the backfill only: the DAG ends where the backfill does, so the
+        # scheduler finds its runs made; asset-triggered runs it makes as they are due. Other DAGs stay paused.
+        "FINALRESULTS_END": (START + dt.timedelta(hours=HOURS - 1)).isoformat(),
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         "AIRFLOW__API_AUTH__JWT_SECRET": uuid.uuid4().hex,
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "FINALRESULTS_WAREHOUSE": str(root / "warehouse"), "FINALRESULTS_LANDING": str(root / "landing"),
-        "FINALRESULTS_START": START.isoformat(), "PYSPARK_PYTHON": sys.executable,
+        "FINALRESULTS_OUTBOX": str(root / "outbox"), "FINALRESULTS_START": START.isoformat(),
+        "PYSPARK_PYTHON": sys.executable,
     })
     return env
 
@@ -79,7 +85,7 @@ def _succeeded(root: Path, dag_id: str, count: int):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2400)  # two waits of at most DEADLINE, plus start-up
+@pytest.mark.timeout(3600)  # four waits of at most DEADLINE (the last two short), plus start-ups
 def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays(spark, tmp_path):
     sys.path.insert(0, str(ROOT))
     from jobs import sample_data
@@ -100,8 +106,12 @@ def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays
         port = env["AIRFLOW__API__PORT"]
         start("api-server", ["api-server", "--apps", "execution", "-H", "127.0.0.1", "-p", port])
         start("dag-processor", ["dag-processor"])
-        _wait("the DAG to be parsed", lambda: _query(tmp_path, "SELECT 1 FROM serialized_dag WHERE dag_id = ?", DAG_ID),
-              processes, logs, 300)
+        parsed = lambda: _query(tmp_path, "SELECT 1 FROM serialized_dag WHERE dag_id = ?", NOTIFY)  # noqa: E731
+        _wait("the DAGs to be parsed", parsed, processes, logs, 300)
+        # user_alerts, its replay DAG and the notifications DAG downstream of its results asset
+        unpaused = subprocess.run([AIRFLOW, "dags", "unpause", "--treat-dag-id-as-regex", "-y", "^user_alert"],
+                                  env=env, capture_output=True, text=True, timeout=300)
+        assert unpaused.returncode == 0, unpaused.stdout + unpaused.stderr
         last = (START + dt.timedelta(hours=HOURS - 1)).isoformat()
         created = subprocess.run([AIRFLOW, "backfill", "create", "--dag-id", DAG_ID, "--from-date", START.isoformat(),
                                   "--to-date", last, "--reprocess-behavior", "failed"],
@@ -116,6 +126,14 @@ def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays
                                    env=env, capture_output=True, text=True, timeout=300)
         assert triggered.returncode == 0, triggered.stdout + triggered.stderr
         _wait("the replay run", lambda: _succeeded(tmp_path, f"{DAG_ID}_replay", 1), processes, logs, DEADLINE)
+        _wait("notifications runs consuming every asset event", lambda: _notified(tmp_path, tries=1),
+              processes, logs, DEADLINE)
+        delivered = _outbox(spark, tmp_path)
+        # a retry of each notify task (cleared, run again by the scheduler) adds nothing
+        cleared = subprocess.run([AIRFLOW, "tasks", "clear", NOTIFY, "-y"], env=env, capture_output=True,
+                                 text=True, timeout=300)
+        assert cleared.returncode == 0, cleared.stdout + cleared.stderr
+        _wait("the notify retries", lambda: _notified(tmp_path, tries=2), processes, logs, DEADLINE)
     finally:
         for p in processes.values():
             _stop(p)
@@ -132,6 +150,38 @@ def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays
     ledger = spark.read.format("delta").load(str(tmp_path / "warehouse" / DAG_ID / "_ledger"))
     replayed = ledger.filter(ledger.batch_id == last).collect()   # the replay re-ran the last batch
     assert sorted(r.status for r in replayed) == ["committed", "replaced"]
+    _notified_once_per_final_row(spark, tmp_path, runs, delivered)
+
+
+def _notified(root: Path, tries: int) -> bool:
+    """Whether the downstream runs consumed every asset event and each notify task succeeded on
+    try ``tries``."""
+    runs = _query(root, "SELECT r.state, t.state, t.try_number FROM dag_run r JOIN task_instance t "
+                        "ON t.dag_id = r.dag_id AND t.run_id = r.run_id WHERE r.dag_id = ?", NOTIFY)
+    assert not [r for r in runs if "failed" in r[:2]], f"a notifications run failed: {runs}"
+    consumed = _query(root, "SELECT count(*) FROM dagrun_asset_event e JOIN dag_run r ON r.id = e.dag_run_id "
+                            "WHERE r.dag_id = ?", NOTIFY)[0][0]
+    events = _query(root, "SELECT count(*) FROM asset_event")[0][0]
+    return bool(runs) and consumed == events and all(r == ("success", "success", tries) for r in runs)
+
+
+def _outbox(spark, root: Path) -> list:
+    return spark.read.format("delta").load(str(root / "outbox" / "user_alert_notifications")).collect()
+
+
+def _notified_once_per_final_row(spark, root: Path, runs: list, delivered: list) -> None:
+    """Each pipeline run's gate emitted one asset event naming its batch; the downstream DAG put
+    each final row of those batches in the outbox once, and its retry added nothing."""
+    events = [json.loads(extra) for (extra,) in _query(root, "SELECT extra FROM asset_event ORDER BY id")]
+    results = spark.read.format("delta").load(str(root / "warehouse" / DAG_ID / "user_alert_windows"))
+    published = {r.emitted_batch_id: r["count"] for r in results.groupBy("emitted_batch_id").count().collect()}
+    assert [(e["batch_id"], e["seq"], e["rows_published"]) for e in events] == [
+        (start[:19].replace(" ", "T"), seq, published.get(start[:19].replace(" ", "T"), 0))
+        for seq, (_, _, start) in enumerate(runs, 1)]
+    keys = lambda rows: sorted((r.user_id, r.window_start, r.window_end) for r in rows)  # noqa: E731
+    assert delivered and keys(delivered) == keys(results.collect())
+    again = _outbox(spark, root)
+    assert keys(again) == keys(delivered)
 
 
 def _stop(process: subprocess.Popen) -> None:
