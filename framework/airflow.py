@@ -70,7 +70,7 @@ def published_batches(context: Mapping[str, Any], asset: Asset) -> list[dict]:
     """The batches named by the asset events that triggered this run (extras from
     ``quality_gate``), in commit order; empty when the run was not triggered by ``asset``."""
     events = (context.get("triggering_asset_events") or {}).get(asset, [])
-    batches = {e.extra["batch_id"]: dict(e.extra) for e in events if e.extra and "batch_id" in e.extra}
+    batches = {e.extra["batch_id"]: dict(e.extra) for e in events if {"batch_id", "seq"} <= set(e.extra or ())}
     return sorted(batches.values(), key=lambda b: b["seq"])
 
 

@@ -60,7 +60,7 @@ def register(spark: SparkSession, schema: str, p: Pipeline, tables: state.Tables
     if todo:
         spark.sql(f"CREATE SCHEMA IF NOT EXISTS `{check_schema(schema)}`")
     registered = []
-    for name, path in todo:
+    for name, path in ((name, _absolute(spark, path)) for name, path in todo):
         qualified = f"`{schema}`.`{name}`"
         if spark.catalog.tableExists(f"{schema}.{name}"):
             location = spark.sql(f"DESCRIBE DETAIL {qualified}").first()["location"]
@@ -73,6 +73,15 @@ def register(spark: SparkSession, schema: str, p: Pipeline, tables: state.Tables
             continue  # not created yet: registered by a later batch
         registered.append(f"{schema}.{name}")
     return registered
+
+
+def _absolute(spark: SparkSession, path: str) -> str:
+    """A catalog resolves a relative location against its own warehouse folder; Delta wrote the
+    table relative to the JVM's working folder, so that is where the location must point."""
+    if urlparse(path).scheme:
+        return path
+    fs, qualified = state.fs_path(spark, path)
+    return fs.makeQualified(qualified).toUri().getPath()
 
 
 def _same_location(a: str, b: str) -> bool:

@@ -40,9 +40,27 @@ def deliver_once(rows: DataFrame, outbox: str, keys: list[str]) -> int:
     if not keys or missing:
         raise FrameworkError(f"outbox {outbox}: the delivery keys must be columns of the rows; missing {missing}")
     spark = rows.sparkSession
+    if state.exists(spark, outbox):
+        _check_schema(rows, state.read(spark, outbox), outbox)
+    twice = rows.groupBy(*keys).count().filter("count > 1").limit(1).collect()
+    if twice:
+        key = {k: twice[0][k] for k in keys}
+        raise FrameworkError(f"outbox {outbox}: {twice[0]['count']} rows to deliver share the key {key}; "
+                             "a key must name one delivery: add the column that tells them apart to the keys")
     state.create(spark, outbox, rows.schema)
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
     with state.committing(outbox):
         merged = (DeltaTable.forPath(spark, outbox).alias("t").merge(rows.alias("s"), on)
                   .whenNotMatchedInsertAll().execute())
     return int(merged.first()["num_inserted_rows"])
+
+
+def _check_schema(rows: DataFrame, held: DataFrame, outbox: str) -> None:
+    """Refuse rows whose columns differ from the outbox's: a MERGE would cast, drop or fail on them."""
+    want = {f.name.lower(): f.dataType.simpleString() for f in held.schema}
+    got = {f.name.lower(): f.dataType.simpleString() for f in rows.schema}
+    if want != got:
+        differ = sorted(c for c in want.keys() | got.keys() if want.get(c) != got.get(c))
+        raise FrameworkError(f"outbox {outbox}: the rows' columns differ from the outbox's in "
+                             + ", ".join(f"{c} ({got.get(c, 'missing')} vs {want.get(c, 'absent')})" for c in differ)
+                             + "; deliver the same columns, or use a new outbox")

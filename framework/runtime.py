@@ -184,8 +184,14 @@ class Runtime:
         ran elsewhere."""
         if self.catalog is None:
             return []
-        self._step = f"registering its tables in catalog schema {self.catalog!r}"
-        names = tables_catalog.register(self.spark, self.catalog, p, self.tables(p), skip=self._registered)
+        try:
+            names = tables_catalog.register(self.spark, self.catalog, p, self.tables(p), skip=self._registered)
+        except (Py4JJavaError, PySparkException) as e:
+            cause = (str(getattr(e, "java_exception", None) or e).strip().splitlines() or [type(e).__name__])[0]
+            raise FrameworkError(
+                f"pipeline {p.name!r}: registering its tables in catalog schema {self.catalog!r} failed: "
+                f"{cause[:500]}. The batches are not affected: fix the catalog, then re-run the batch (a "
+                "committed one reports 'already committed' and registers its tables).") from e
         self._registered.update(names)
         return names
 

@@ -410,7 +410,8 @@ def commit_point(df: DataFrame, path: str, read_version: int, fence: int, tag: s
     return _version_of(history_since(df.sparkSession, path, read_version), tag)
 
 
-def _fs(spark: SparkSession, path: str):
+def fs_path(spark: SparkSession, path: str):
+    """The Hadoop FileSystem and Path of ``path``, as Delta resolves it."""
     jvm = spark._jvm
     hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
     return hadoop_path.getFileSystem(spark._jsc.hadoopConfiguration()), hadoop_path
@@ -418,7 +419,7 @@ def _fs(spark: SparkSession, path: str):
 
 def put_text(spark: SparkSession, path: str, text: str) -> None:
     """Write a small file (local disk, HDFS or an object store)."""
-    fs, hadoop_path = _fs(spark, path)
+    fs, hadoop_path = fs_path(spark, path)
     out = fs.create(hadoop_path, True)
     try:
         out.write(bytearray(text.encode("utf-8")))
@@ -428,7 +429,7 @@ def put_text(spark: SparkSession, path: str, text: str) -> None:
 
 def get_text(spark: SparkSession, path: str) -> str | None:
     """A small file's text, or None if it does not exist."""
-    fs, hadoop_path = _fs(spark, path)
+    fs, hadoop_path = fs_path(spark, path)
     if not fs.exists(hadoop_path):
         return None
     stream = spark._jvm.java.io.InputStreamReader(fs.open(hadoop_path), "UTF-8")
@@ -448,7 +449,7 @@ def stage(df: DataFrame, path: str) -> None:
 
 def is_staged(spark: SparkSession, path: str) -> bool:
     """Whether ``path`` holds staged rows: complete Parquet files or a Delta table (a replay's)."""
-    fs, hadoop_path = _fs(spark, f"{path}/_SUCCESS")
+    fs, hadoop_path = fs_path(spark, f"{path}/_SUCCESS")
     return fs.exists(hadoop_path) or exists(spark, path)
 
 
@@ -459,7 +460,7 @@ def read_staged(spark: SparkSession, path: str) -> DataFrame:
 
 def list_names(spark: SparkSession, path: str) -> list[str]:
     """Names of the entries of folder ``path`` (empty if it does not exist)."""
-    fs, hadoop_path = _fs(spark, path)
+    fs, hadoop_path = fs_path(spark, path)
     if not fs.exists(hadoop_path):
         return []
     return [status.getPath().getName() for status in fs.listStatus(hadoop_path)]
@@ -467,5 +468,5 @@ def list_names(spark: SparkSession, path: str) -> list[str]:
 
 def remove(spark: SparkSession, path: str) -> None:
     """Delete a folder and what it holds, on whatever file system holds it."""
-    fs, hadoop_path = _fs(spark, path)
+    fs, hadoop_path = fs_path(spark, path)
     fs.delete(hadoop_path, True)

@@ -61,9 +61,10 @@ def test_the_schema_name_is_an_identifier(spark, tmp_path):
 
 @pytest.mark.slow
 def test_an_embedded_metastore_keeps_the_tables_for_the_next_process(tmp_path):
-    """``finalresults run --catalog lake --metastore DIR`` in one process, a query by name in another."""
+    """``finalresults run --catalog lake --metastore DIR`` in one process, a query by name in another
+    (from another working folder: the warehouse was given relative to the first's)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FINALRESULTS")}
-    env.update(PYTHONPATH=str(ROOT), FINALRESULTS_WAREHOUSE=str(tmp_path / "wh"),
+    env.update(PYTHONPATH=str(ROOT), FINALRESULTS_WAREHOUSE="wh",  # relative: to the working folder
                FINALRESULTS_LANDING=str(tmp_path / "landing"))
     fill = ("import datetime as dt, sys; from framework import spark_session; from jobs import sample_data; "
             "sample_data.generate(spark_session('fill'), sys.argv[1], dt.datetime(2026, 1, 1), "
@@ -79,8 +80,11 @@ def test_an_embedded_metastore_keeps_the_tables_for_the_next_process(tmp_path):
     query = ("import sys; from framework import spark_session; s = spark_session('q', metastore=sys.argv[1]); "
              "print(s.sql('SELECT count(*) FROM lake.user_alert_windows').first()[0], "
              "s.sql('SELECT count(*) FROM lake.user_alerts_ledger').first()[0])")
-    done = subprocess.run([sys.executable, "-c", query, str(tmp_path / "metastore")], env=env, cwd=tmp_path,
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run([sys.executable, "-c", query, str(tmp_path / "metastore")], env=env, cwd=elsewhere,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     rows, batches = map(int, done.stdout.split())
     assert rows > 0 and batches == 2
+

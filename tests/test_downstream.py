@@ -59,3 +59,30 @@ def test_deliver_once_needs_its_keys_in_the_rows(spark, tmp_path):
     rows = spark.createDataFrame([(1,)], "x int")
     with pytest.raises(FrameworkError, match=r"missing \['k'\]"):
         deliver_once(rows, str(tmp_path / "outbox"), ["k"])
+
+
+def test_deliver_once_refuses_rows_it_could_not_deliver_once(spark, tmp_path):
+    outbox = str(tmp_path / "outbox")
+    twice = spark.createDataFrame([("a", 1, "first"), ("a", 1, "second")], "k string, w int, msg string")
+    with pytest.raises(FrameworkError, match=r"2 rows to deliver share the key \{'k': 'a', 'w': 1\}"):
+        deliver_once(twice, outbox, ["k", "w"])
+    assert deliver_once(twice.limit(1), outbox, ["k", "w"]) == 1
+    retyped = spark.createDataFrame([("a", "01", "x")], "k string, w string, msg string")
+    with pytest.raises(FrameworkError, match=r"differ from the outbox's in w \(string vs int\)"):
+        deliver_once(retyped, outbox, ["k", "w"])
+    extra = spark.createDataFrame([("b", 2, "x", 5)], "k string, w int, msg string, more int")
+    with pytest.raises(FrameworkError, match=r"in more \(int vs absent\)"):
+        deliver_once(extra, outbox, ["k", "w"])
+
+
+def test_published_batches_reads_the_gate_extras_once_per_batch_in_commit_order():
+    from types import SimpleNamespace as Event
+
+    from framework.airflow import published_batches
+
+    asset = object()
+    extras = [{"batch_id": "b2", "seq": 2}, {"batch_id": "b1", "seq": 1}, {"batch_id": "b2", "seq": 2},
+              {"batch_id": "b3"}, None, {}]
+    context = {"triggering_asset_events": {asset: [Event(extra=e) for e in extras]}}
+    assert [b["batch_id"] for b in published_batches(context, asset)] == ["b1", "b2"]
+    assert published_batches({}, asset) == []
