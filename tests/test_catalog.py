@@ -1,7 +1,7 @@
 """SPEC 5: a pipeline's tables under a catalog schema, queryable by name (``framework.catalog``).
 
 The shared test session has Spark's in-memory catalog; the last test shows the tables outliving
-their session in an embedded metastore, with a batch run and a query in separate processes.
+their session in an embedded metastore, with batches run and a query in separate processes.
 """
 import datetime as dt
 import os
@@ -60,23 +60,22 @@ def test_the_schema_name_is_an_identifier(spark, tmp_path):
 
 
 @pytest.mark.slow
-def test_an_embedded_metastore_keeps_the_tables_for_the_next_process(tmp_path):
-    """``finalresults run --catalog lake --metastore DIR`` in one process, a query by name in another
-    (from another working folder: the warehouse was given relative to the first's)."""
+def test_an_embedded_metastore_keeps_the_tables_for_the_next_process(spark, tmp_path):
+    """``finalresults backfill --catalog lake --metastore DIR`` in one process, a query by name in
+    another (from another working folder: the warehouse was given relative to the first's)."""
+    sys.path.insert(0, str(ROOT))
+    from jobs import sample_data
+
+    sample_data.generate(spark, str(tmp_path / "landing"), dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 1, 2),
+                         tables=("user_events",))
     env = {k: v for k, v in os.environ.items() if not k.startswith("FINALRESULTS")}
     env.update(PYTHONPATH=str(ROOT), FINALRESULTS_WAREHOUSE="wh",  # relative: to the working folder
                FINALRESULTS_LANDING=str(tmp_path / "landing"))
-    fill = ("import datetime as dt, sys; from framework import spark_session; from jobs import sample_data; "
-            "sample_data.generate(spark_session('fill'), sys.argv[1], dt.datetime(2026, 1, 1), "
-            "dt.datetime(2026, 1, 1, 2), tables=('user_events',))")
-    subprocess.run([sys.executable, "-c", fill, str(tmp_path / "landing")], env=env, check=True, cwd=tmp_path,
-                   capture_output=True, timeout=600)
-    for hour in ("00", "01"):
-        ran = subprocess.run([sys.executable, "-m", "framework", "run", str(ROOT / "jobs" / "user_alerts.py"),
-                              "--batch-start", f"2026-01-01T{hour}:00", "--catalog", "lake",
-                              "--metastore", str(tmp_path / "metastore")],
-                             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-        assert ran.returncode == 0, ran.stdout + ran.stderr[-3000:]
+    ran = subprocess.run([sys.executable, "-m", "framework", "backfill", str(ROOT / "jobs" / "user_alerts.py"),
+                          "--from", "2026-01-01T00:00", "--to", "2026-01-01T02:00", "--catalog", "lake",
+                          "--metastore", str(tmp_path / "metastore")],
+                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stdout + ran.stderr[-3000:]
     query = ("import sys; from framework import spark_session; s = spark_session('q', metastore=sys.argv[1]); "
              "print(s.sql('SELECT count(*) FROM lake.user_alert_windows').first()[0], "
              "s.sql('SELECT count(*) FROM lake.user_alerts_ledger').first()[0])")
