@@ -43,6 +43,7 @@ except ModuleNotFoundError as e:  # Airflow is an extra: Spark jobs on a cluster
 
 from .batchjob import batch_id, load_job, parse_time
 from .errors import FrameworkError
+from .topology import Pipeline
 
 log = logging.getLogger("framework.airflow")
 
@@ -60,7 +61,10 @@ def results_asset(job_module: str, warehouse: str) -> Asset:
         alerts = results_asset("jobs/user_alerts.py", warehouse="/lake/warehouse")
         with DAG("notify", schedule=[alerts]): ...
     """
-    p = load_job(job_module).PIPELINE
+    return _results_asset(load_job(job_module).PIPELINE, warehouse)
+
+
+def _results_asset(p: Pipeline, warehouse: str) -> Asset:
     path = f"{warehouse.rstrip('/')}/{p.name}/{p.sink or 'output'}"  # state.Tables.output, without importing Spark
     uri = path if urlparse(path).scheme else Path(path).resolve().as_uri()
     return Asset(name=f"finalresults.{p.name}.{p.sink or 'output'}", uri=uri, group="finalresults")
@@ -181,7 +185,7 @@ def pipeline_dag(job_module: str, schedule: timedelta | str | None = None, start
                          "--warehouse", warehouse, "--landing", landing, *registered],
                         conn_id=conn_id, spark_conf=spark_conf, spark_env=spark_env, spark_binary=spark_binary,
                         packages=packages)
-        batch >> _gate(application, warehouse, results_asset(application, warehouse))
+        batch >> _gate(application, warehouse, _results_asset(pipeline, warehouse))
     return dag
 
 

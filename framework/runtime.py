@@ -112,6 +112,12 @@ def _recorded_metrics(row: Row) -> dict:
     return {**json.loads(row.metrics), "stream_time": to_datetime(row.stream_time)}
 
 
+def _cause(e: Exception) -> str:
+    """The first line of a Spark error (a Py4JJavaError's own first line names no cause)."""
+    text = str(getattr(e, "java_exception", None) or e)
+    return (text.strip().splitlines() or [type(e).__name__])[0][:500]
+
+
 def _definition(p: Pipeline) -> str:
     """The parts of a pipeline that state depends on; changing them needs a new pipeline."""
     w = p.windows.describe() if p.windows is not None else "none"
@@ -162,13 +168,6 @@ class Runtime:
         """The batch ledger: a 'committed' row per batch ('replaced' once a replay re-ran it)."""
         return state.read(self.spark, self.tables(p).ledger)
 
-    def _last_commit(self, p: Pipeline):
-        path = self.tables(p).ledger
-        if not state.exists(self.spark, path):
-            return None
-        rows = state.read(self.spark, path).filter("status = 'committed'").orderBy(F.desc("seq")).limit(1).collect()
-        return rows[0] if rows else None
-
     def committed_batch(self, p: Pipeline, batch_id: str) -> BatchResult | None:
         """What batch ``batch_id`` of ``p`` did, as its ledger row records it; None until it commits."""
         path = self.tables(p).ledger
@@ -187,10 +186,9 @@ class Runtime:
         try:
             names = tables_catalog.register(self.spark, self.catalog, p, self.tables(p), skip=self._registered)
         except (Py4JJavaError, PySparkException) as e:
-            cause = (str(getattr(e, "java_exception", None) or e).strip().splitlines() or [type(e).__name__])[0]
             raise FrameworkError(
                 f"pipeline {p.name!r}: registering its tables in catalog schema {self.catalog!r} failed: "
-                f"{cause[:500]}. The batches are not affected: fix the catalog, then re-run the batch (a "
+                f"{_cause(e)}. The batches are not affected: fix the catalog, then re-run the batch (a "
                 "committed one reports 'already committed' and registers its tables).") from e
         self._registered.update(names)
         return names
@@ -231,8 +229,7 @@ class Runtime:
             self.register(p)
             return result
         except (Py4JJavaError, PySparkException) as e:
-            text = str(getattr(e, "java_exception", None) or e)  # Py4JJavaError's own first line names no cause
-            cause = (text.strip().splitlines() or [type(e).__name__])[0][:500]
+            cause = _cause(e)
             if self._step == "writing 'publish'" or self._step.startswith("publishing"):
                 raise BatchFailedError(
                     f"{self._where}: failed while {self._step}: {cause}. The committed batch's rows stay staged; "
