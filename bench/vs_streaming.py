@@ -28,7 +28,8 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta as td, timezone
+from datetime import datetime, timezone
+from datetime import timedelta as td
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +40,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from framework import (BufferConfig, Pipeline, Runtime, SessionWindows, Suppressed, TimeWindows, agg,
-                       spark_session)
+from framework import BufferConfig, Pipeline, Runtime, SessionWindows, Suppressed, TimeWindows, agg, spark_session
 
 HOUR, MINUTE = 3_600_000, 60_000
 GRACE = 10 * MINUTE

@@ -6,25 +6,34 @@ The public API (SPEC section 9)::
     from framework import (Pipeline, TimeWindows, SlidingWindows, SessionWindows,
                            Suppressed, BufferConfig, agg, Runtime, spark_session)
 """
-from . import aggregations as agg
-from .errors import (BatchFailedError, BatchOrderError, BufferFullError, ConcurrentBatchError,
-                     DefinitionError, FingerprintMismatchError, FrameworkError, InputError, QualityGateError,
-                     ReplayError)
-from .suppress import BufferConfig, Suppressed
-from .topology import Pipeline
-from .windows import SessionWindows, SlidingWindows, TimeWindows
+from .definition import aggregations as agg
+from .definition.pipeline import Pipeline
+from .definition.suppress import BufferConfig, Suppressed
+from .definition.windows import SessionWindows, SlidingWindows, TimeWindows
+from .errors import (
+    BatchFailedError,
+    BatchOrderError,
+    BufferFullError,
+    ConcurrentBatchError,
+    DefinitionError,
+    FingerprintMismatchError,
+    FrameworkError,
+    InputError,
+    QualityGateError,
+    ReplayError,
+)
 
 
 def __getattr__(name: str):
     # Spark-dependent names load lazily so that DAG files can import the topology cheaply.
     if name == "Runtime":
-        from .runtime import Runtime
+        from .operations.runtime import Runtime
         return Runtime
     if name == "spark_session":
-        from .session import spark_session
+        from .storage.session import spark_session
         return spark_session
     if name == "BatchResult":
-        from .runtime import BatchResult
+        from .operations.runtime import BatchResult
         return BatchResult
     raise AttributeError(name)
 

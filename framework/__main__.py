@@ -1,6 +1,6 @@
 """``python -m framework``: the command line (see ``framework.cli``)."""
 import sys
 
-from .cli import main
+from .orchestration.cli import main
 
 sys.exit(main())

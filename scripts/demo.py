@@ -97,7 +97,7 @@ def _run_intervals(dag, rt, pipeline, root: Path, hours: int):
 
 
 def _report(rt, pipeline, last, root: Path) -> None:
-    from framework.metrics import KIP_NAMES
+    from framework.storage.metrics import KIP_NAMES
 
     print("[5/5] final results: users with fewer than 3 events in an hour (one row per closed hour)")
     rt.read_output(pipeline).orderBy("window_start", "user_id").show(100, truncate=False)

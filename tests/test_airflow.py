@@ -76,7 +76,7 @@ def test_spark_submit_then_quality_gate(dagbag, dag_id):
 
 
 def _sink(job_file: str) -> str:
-    from framework.batchjob import load_job
+    from framework.orchestration.jobs import load_job
 
     return load_job(job_file).PIPELINE.sink
 
@@ -110,7 +110,7 @@ def _ran_hours_like_one_batch(spark, root, hours):
     """The warehouse under ``root`` holds one committed batch per hourly interval, in order, and
     the final rows of its landing table run as a single batch."""
     from framework import Runtime
-    from framework.batchjob import load_job
+    from framework.orchestration.jobs import load_job
 
     pipeline = load_job(str(ROOT / "jobs" / "user_alerts.py")).PIPELINE
     airflow = Runtime(spark, str(root / "warehouse"))
@@ -143,7 +143,7 @@ def test_three_airflow_runs_give_the_one_batch_final_rows(spark, tmp_path):
 def test_a_catalog_schema_is_passed_to_the_job_and_the_dag_can_end():
     import datetime as dt
 
-    from framework.airflow import pipeline_dag
+    from framework.orchestration.airflow import pipeline_dag
 
     start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
     dag = pipeline_dag(str(ROOT / "jobs" / "user_alerts.py"), None, start, warehouse="/w", landing="/l",

@@ -22,7 +22,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from test_airflow import DAGS, ROOT, _ran_hours_like_one_batch
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))

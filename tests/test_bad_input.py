@@ -3,11 +3,21 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
+from harness import frame, results
 from pyspark.sql import functions as F
 
-from framework import (BatchFailedError, BufferConfig, DefinitionError, FingerprintMismatchError, InputError, Pipeline,
-                       Runtime, Suppressed, TimeWindows, agg)
-from harness import frame, results
+from framework import (
+    BatchFailedError,
+    BufferConfig,
+    DefinitionError,
+    FingerprintMismatchError,
+    InputError,
+    Pipeline,
+    Runtime,
+    Suppressed,
+    TimeWindows,
+    agg,
+)
 
 
 def _unsunk(name, suppressed=None):

@@ -3,11 +3,20 @@ and the same batch continues from the same state once the bound is raised."""
 import random
 
 import pytest
-
 import reference as ref
-from framework import (BufferConfig, BufferFullError, DefinitionError, Pipeline, Runtime, SlidingWindows, Suppressed,
-                       TimeWindows, agg)
 from harness import frame, results
+
+from framework import (
+    BufferConfig,
+    BufferFullError,
+    DefinitionError,
+    Pipeline,
+    Runtime,
+    SlidingWindows,
+    Suppressed,
+    TimeWindows,
+    agg,
+)
 
 
 def pipeline(buffer, windows=TimeWindows.of_size_and_grace(10, 0)):

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness import run_stream
 
 from framework import BufferConfig, FrameworkError, Pipeline, Runtime, Suppressed, TimeWindows, agg
-from harness import run_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 

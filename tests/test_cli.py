@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from framework import Runtime
-from framework.batchjob import load_job
-from framework.cli import main
+from framework.orchestration.cli import main
+from framework.orchestration.jobs import load_job
 
 ROOT = Path(__file__).resolve().parents[1]
 ALERTS = str(ROOT / "jobs" / "user_alerts.py")

@@ -65,8 +65,8 @@ def cluster(tmp_path):
 @pytest.mark.timeout(1200)
 def test_a_job_submitted_to_a_standalone_cluster_gives_the_final_rows_of_local_mode(spark, cluster, tmp_path):
     from framework import Runtime
-    from framework.airflow import DELTA_PACKAGE
-    from framework.batchjob import run_interval
+    from framework.orchestration.airflow import DELTA_PACKAGE
+    from framework.orchestration.jobs import run_interval
     from jobs import sample_data, user_alerts
 
     landing = str(tmp_path / "landing")

@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import reference as ref
-from framework import Runtime
 from harness import expected, frame, results
 from test_exactly_once import pipeline, snapshot
+
+from framework import Runtime
 
 TESTS = Path(__file__).resolve().parent
 RACED = ("raced", [("A", 1, 1), ("B", 2, 2), ("A", 12, 3)])
@@ -102,19 +102,19 @@ def test_two_processes_commit_one_batch_once_and_leave_other_pipelines_alone(spa
 
 def test_a_commit_lock_excludes_other_processes_and_is_reentrant_in_its_thread(tmp_path):
     """On a local disk Delta's put-if-absent of the next log file is not atomic across processes,
-    so every commit holds ``<table>.lock`` (state.committing); on other stores there is no lock."""
+    so every commit holds ``<table>.lock`` (locks.committing); on other stores there is no lock."""
     import fcntl
     import threading
     from contextlib import nullcontext
 
-    from framework import state
+    from framework.storage import locks
 
     table = str(tmp_path / "lake" / "t")
     held = subprocess.Popen([sys.executable, "-c", f"""
 import sys, time
 sys.path.insert(0, {str(TESTS.parent)!r})
-from framework import state
-with state.committing({table!r}), state.committing({table!r}):   # re-entrant
+from framework.storage import locks
+with locks.committing({table!r}), locks.committing({table!r}):   # re-entrant
     print("held", flush=True)
     sys.stdin.readline()
 """], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -127,10 +127,10 @@ with state.committing({table!r}), state.committing({table!r}):   # re-entrant
         held.stdin.flush()
         assert held.wait(timeout=30) == 0
         def commit_in_another_thread():
-            with state.committing(table):
+            with locks.committing(table):
                 pass
 
-        with state.committing("file://" + table):   # released with the process's descriptor
+        with locks.committing("file://" + table):   # released with the process's descriptor
             other = threading.Thread(target=commit_in_another_thread)
             other.start()
             other.join(timeout=0.5)
@@ -139,4 +139,4 @@ with state.committing({table!r}), state.committing({table!r}):   # re-entrant
         assert not other.is_alive()
     finally:
         held.kill()
-    assert isinstance(state.committing("s3a://bucket/t"), nullcontext)
+    assert isinstance(locks.committing("s3a://bucket/t"), nullcontext)

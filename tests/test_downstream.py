@@ -4,10 +4,10 @@ import datetime as dt
 import threading
 
 import pytest
+from harness import frame
 
 from framework import BufferConfig, FrameworkError, Pipeline, Runtime, Suppressed, TimeWindows, agg
-from framework.downstream import batch_rows, deliver_once
-from harness import frame
+from framework.operations.downstream import batch_rows, deliver_once
 
 # Two windows close in batch b1; the filter after suppression lets one of them into the sink.
 STREAM = {"b0": [("a", 1, 1), ("b", 2, 1), ("b", 3, 1)], "b1": [("c", 15, 1)]}
@@ -78,7 +78,7 @@ def test_deliver_once_refuses_rows_it_could_not_deliver_once(spark, tmp_path):
 def test_published_batches_reads_the_gate_extras_once_per_batch_in_commit_order():
     from types import SimpleNamespace as Event
 
-    from framework.airflow import published_batches
+    from framework.orchestration.airflow import published_batches
 
     asset = object()
     extras = [{"batch_id": "b2", "seq": 2}, {"batch_id": "b1", "seq": 1}, {"batch_id": "b2", "seq": 2},

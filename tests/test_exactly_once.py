@@ -4,11 +4,22 @@ import shutil
 import threading
 
 import pytest
-
-from framework import (BatchOrderError, BufferConfig, ConcurrentBatchError, DefinitionError, FingerprintMismatchError, Pipeline,
-                       Runtime, SlidingWindows, Suppressed, TimeWindows, state)
-from framework.runtime import WRITE_POINTS
 from harness import AGGREGATES, frame, in_parallel, results
+
+from framework import (
+    BatchOrderError,
+    BufferConfig,
+    ConcurrentBatchError,
+    DefinitionError,
+    FingerprintMismatchError,
+    Pipeline,
+    Runtime,
+    SlidingWindows,
+    Suppressed,
+    TimeWindows,
+)
+from framework.operations.runtime import WRITE_POINTS
+from framework.storage import tables
 
 BATCHES = [[("A", 1, 1), ("B", 2, 2), ("A", 12, 3)],
            [("A", 25, 4), ("A", 3, 5), ("B", 14, 6), ("B", 31, 7)],   # ts 3 is late: a late record
@@ -45,7 +56,7 @@ def snapshot(rt, p):
     if p.rate_limited:
         tables["buffer"] = (rt._buffer_path(p), ())
     return {name: sorted(map(str, rt.spark.read.format("delta").load(path).drop(*drop).distinct().collect()))
-            for name, (path, drop) in tables.items() if state.exists(rt.spark, path)}
+            for name, (path, drop) in tables.items() if tables.exists(rt.spark, path)}
 
 
 @pytest.mark.parametrize("windows, suppressed", [
@@ -84,8 +95,8 @@ def test_crash_at_every_write_boundary_then_rerun_equals_a_clean_run(spark, ware
     reference, crashed = outcomes[0], dict(outcomes[1:])
     assert reference["output"] and reference["late"]          # every write point was exercised
     assert ("buffer" in reference) == p.rate_limited
-    for point, tables in crashed.items():
-        assert tables == reference, f"crash before {point!r} write"
+    for point, after in crashed.items():
+        assert after == reference, f"crash before {point!r} write"
 
 
 def test_rerun_of_a_committed_batch_is_a_reported_noop(spark, warehouse):
@@ -107,7 +118,7 @@ def test_ledger_rows_a_runtime_knows_are_not_trusted_for_a_ledger_created_again(
     run(first, p, 0)
     shutil.rmtree(first.tables(p).root)
     run(second, p, 1)
-    assert state.latest_version(spark, first.tables(p).ledger) == 1   # the version `first` knows
+    assert tables.latest_version(spark, first.tables(p).ledger) == 1   # the version `first` knows
     again = run(first, p, 1)
     assert (again.status, again.seq) == ("already committed", 1)
 

@@ -2,11 +2,10 @@
 from datetime import timedelta as td
 
 import pytest
-
-from framework import (BufferConfig, Pipeline, Runtime, SessionWindows, SlidingWindows, Suppressed,
-                       TimeWindows, agg)
-from harness import AGGREGATES, expected, results, run_stream
 import reference as ref
+from harness import AGGREGATES, expected, results, run_stream
+
+from framework import BufferConfig, Pipeline, Runtime, SessionWindows, SlidingWindows, Suppressed, TimeWindows, agg
 
 FINAL = Suppressed.until_window_closes(BufferConfig.unbounded())
 MIN = 60_000

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from framework import Runtime
 from harness import in_parallel
 from test_exactly_once import pipeline, run, snapshot
+
+from framework import Runtime
 
 TESTS = Path(__file__).resolve().parent
 CHILD = """

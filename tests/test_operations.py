@@ -6,11 +6,22 @@ import json
 import threading
 
 import pytest
-
-from framework import (BatchFailedError, BatchOrderError, BufferConfig, ConcurrentBatchError, Pipeline,
-                       QualityGateError, Runtime, Suppressed, TimeWindows, agg)
 from harness import frame
 from test_exactly_once import BATCHES, Crash, pipeline, run, snapshot
+
+from framework import (
+    BatchFailedError,
+    BatchOrderError,
+    BufferConfig,
+    ConcurrentBatchError,
+    Pipeline,
+    QualityGateError,
+    Runtime,
+    Suppressed,
+    TimeWindows,
+    agg,
+)
+from framework.storage import tables
 
 FIXED_B1 = [("A", 25, 40), ("A", 3, 5), ("B", 14, 6), ("B", 31, 7)]   # b1 with A@25 corrected: 4 -> 40
 
@@ -79,7 +90,7 @@ def _maintain(spark, path, vacuum=True):
 def _tables(rt, p):
     t = rt.tables(p)
     return [path for path in (t.ledger, t.state, t.records, t.output, t.late, t.metrics)
-            if __import__("framework").state.exists(rt.spark, path)]
+            if tables.exists(rt.spark, path)]
 
 
 # ---- 1. a failed quality gate, then corrected input -------------------------------------------

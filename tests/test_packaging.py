@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE = "framework/final_results.template.json"
+TEMPLATE = "framework/operations/final_results.template.json"
 
 BATCH = '''
 import importlib.abc

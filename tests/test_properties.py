@@ -9,13 +9,13 @@ invariance). The fixed streams of ``test_examples`` add the cases chosen by hand
 import tempfile
 import uuid
 
+import reference as ref
+from harness import AGGREGATES, expected, in_parallel, results, run_stream
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from framework import (state, BufferConfig, Pipeline, Runtime, SessionWindows, SlidingWindows, Suppressed,
-                       TimeWindows)
-from harness import AGGREGATES, expected, in_parallel, results, run_stream
-import reference as ref
+from framework import BufferConfig, Pipeline, Runtime, SessionWindows, SlidingWindows, Suppressed, TimeWindows
+from framework.storage import tables
 
 WINDOWS = {
     "tumbling": (lambda g: TimeWindows.of_size_and_grace(10, g), lambda g: ref.Tumbling(10, g)),
@@ -49,7 +49,7 @@ def _check(spark, kind, data):
              .to("out"))
         rt = Runtime(spark.newSession(), lake, quality=False)
         run_stream(rt, p, splits[label])
-        return label, results(rt, p) if state.exists(rt.spark, rt.tables(p).output) else []
+        return label, results(rt, p) if tables.exists(rt.spark, rt.tables(p).output) else []
 
     got = dict(in_parallel([lambda label=label: run(label) for label in splits]))
     for label, batches in splits.items():

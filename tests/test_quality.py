@@ -9,10 +9,9 @@ import pytest
 from harness import frame
 from pyspark.sql import functions as F
 
-from framework import (BufferConfig, Pipeline, QualityGateError, Runtime, SessionWindows, Suppressed,
-                       TimeWindows, agg)
-from framework import quality
-from framework.batchjob import load_job
+from framework import BufferConfig, Pipeline, QualityGateError, Runtime, SessionWindows, Suppressed, TimeWindows, agg
+from framework.operations import quality
+from framework.orchestration.jobs import load_job
 
 T = dt.datetime
 FINAL = ("user_id string, window_start timestamp, window_end timestamp, events long, "

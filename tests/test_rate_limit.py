@@ -15,12 +15,23 @@ import random
 from datetime import timedelta as td
 
 import pytest
-
-from framework import (BufferConfig, BufferFullError, DefinitionError, Pipeline, Runtime, SessionWindows,
-                       SlidingWindows, Suppressed, TimeWindows, agg)
-from framework import eviction, state
-from harness import frame, in_parallel, run_stream
 import reference as ref
+from harness import frame, in_parallel, run_stream
+
+from framework import (
+    BufferConfig,
+    BufferFullError,
+    DefinitionError,
+    Pipeline,
+    Runtime,
+    SessionWindows,
+    SlidingWindows,
+    Suppressed,
+    TimeWindows,
+    agg,
+)
+from framework.execution import eviction
+from framework.storage import tables
 
 FOREVER = td(days=365 * 100)
 # The KIP tables run in one module fixture: its setup is 46 tiny batches, longer than one test.
@@ -70,7 +81,7 @@ def spark_runs(spark, tmp_path_factory):
         stream = [(k, ts, v) for k, v, ts in records]
         last = run_stream(rt, p, [stream] if split == "one" else [[r] for r in stream], value_type=STRING)[-1]
         rows = []
-        if state.exists(rt.spark, rt.tables(p).output):
+        if tables.exists(rt.spark, rt.tables(p).output):
             rows = sorted(tuple(r) for r in rt.read_output(p).selectExpr(
                 "k", "v", "emitted_batch_id", "unix_millis(emitted_stream_time) AS st").collect())
         return (name, split), (rows, last)
@@ -302,7 +313,7 @@ def random_runs(spark, tmp_path_factory):
              .suppress(Suppressed.until_time_limit(limit, buffer)).to("out"))
         rt = Runtime(spark.newSession(), f"{lake}/{split}", quality=False)
         run_stream(rt, p, [recs] if split == "one" else batches, value_type=STRING)
-        if not state.exists(rt.spark, rt.tables(p).output):
+        if not tables.exists(rt.spark, rt.tables(p).output):
             return (seed, split), []
         df = rt.read_output(p)
         start = "unix_millis(window_start)" if windows else "CAST(NULL AS long)"

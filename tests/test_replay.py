@@ -6,13 +6,13 @@ from datetime import timedelta as td
 
 import pytest
 from delta.tables import DeltaTable
-from pyspark.sql import functions as F
-
-from framework import BufferConfig, ConcurrentBatchError, Pipeline, ReplayError, Runtime, Suppressed, TimeWindows, agg
-from framework.replay import ReplayBatch
 from harness import frame, run_stream
+from pyspark.sql import functions as F
 from test_exactly_once import BATCHES, pipeline, snapshot
 from test_operations import _in_thread, _Paused
+
+from framework import BufferConfig, ConcurrentBatchError, Pipeline, ReplayError, Runtime, Suppressed, TimeWindows, agg
+from framework.operations.replay import ReplayBatch
 
 IDS = ["b0000", "b0001", "b0002"]
 FIXED = [("A", 25, 40), ("A", 3, 5), ("B", 14, 6), ("B", 31, 7)]   # b0001 with A@25 corrected: 4 -> 40

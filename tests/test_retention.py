@@ -1,9 +1,9 @@
 """Retention: window state holds open windows only. A closed window's partial rows leave the
 state table in the batch that emits it, so state does not grow with the number of batches."""
 from delta.tables import DeltaTable
+from harness import in_parallel, run_stream
 
 from framework import BufferConfig, Pipeline, Runtime, SlidingWindows, Suppressed, TimeWindows, agg
-from harness import in_parallel, run_stream
 
 BATCHES = 5
 

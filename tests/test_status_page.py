@@ -16,9 +16,9 @@ from types import SimpleNamespace
 import pytest
 
 from framework import BufferConfig, InputError, Pipeline, Runtime, Suppressed, TimeWindows, agg
-from framework.cli import main
-from framework.metrics import KIP_NAMES
-from framework.statuspage import CHARTS, PipelineState, page
+from framework.operations.statuspage import CHARTS, PipelineState, page
+from framework.orchestration.cli import main
+from framework.storage.metrics import KIP_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 ALERTS = str(ROOT / "jobs" / "user_alerts.py")

@@ -4,10 +4,10 @@ from datetime import datetime as T
 import pytest
 
 from framework import Runtime
-from framework.batchjob import load_job
-from framework.cli import main
 from framework.errors import FrameworkError
-from framework.validation import validate_results
+from framework.operations.validation import validate_results
+from framework.orchestration.cli import main
+from framework.orchestration.jobs import load_job
 
 JOB = '''
 from datetime import timedelta as td

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from .errors import DefinitionError
+from ..errors import DefinitionError
 
 
 def to_millis(d: timedelta | int, what: str) -> int:

@@ -22,10 +22,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
-from .aggregations import ARRIVAL
+from ..definition.aggregations import ARRIVAL
+from ..definition.pipeline import Pipeline
+from ..definition.windows import SessionWindows, SlidingWindows, TimeWindows
 from .streamtime import NO_TIME
-from .topology import Pipeline
-from .windows import SessionWindows, SlidingWindows, TimeWindows
 
 if TYPE_CHECKING:
     from .ratelimit import Limited

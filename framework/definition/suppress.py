@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from .errors import DefinitionError
+from ..errors import DefinitionError
 from .names import identifier
 from .windows import to_millis
 

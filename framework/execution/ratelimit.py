@@ -25,12 +25,12 @@ import pandas as pd
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from ..definition.names import quoted
+from ..definition.pipeline import Pipeline
+from ..definition.suppress import EagerBufferConfig
+from ..definition.windows import SlidingWindows
 from . import eviction
 from .engine import Batch, Outcome, assign, finished, merges, partial_names, partials, recent_records
-from .names import quoted
-from .suppress import EagerBufferConfig
-from .topology import Pipeline
-from .windows import SlidingWindows
 
 CHANGES = "_what string, _pos long, _st long, _thr long, _ref long, _bt long, _size long, _key string, " \
           "_dc long, _db long"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .errors import FrameworkError
-from .topology import Pipeline
+from ..definition.pipeline import Pipeline
+from ..errors import FrameworkError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -26,15 +26,16 @@ def validate_results(spark: SparkSession, p: Pipeline, warehouse: str) -> Report
     """
     from pyspark.sql import functions as F
 
-    from . import quality, state
+    from ..storage import tables
+    from . import quality
     from .runtime import Runtime
 
     rt = Runtime(spark, warehouse)
     ledger = rt.tables(p).ledger
     last = (rt.ledger(p).filter("status = 'committed'").orderBy(F.desc("seq")).limit(1).collect()
-            if state.exists(spark, ledger) else [])
+            if tables.exists(spark, ledger) else [])
     if not last:
         raise FrameworkError(f"pipeline {p.name!r}: no committed batch under {warehouse}: nothing to validate")
-    if not state.exists(spark, rt.tables(p).output):
+    if not tables.exists(spark, rt.tables(p).output):
         return None
     return quality.validate_table(spark, p, rt.read_output(p), warehouse_root=warehouse)

@@ -18,14 +18,14 @@ from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
 
-from . import state
-from .errors import FrameworkError
-from .windows import SlidingWindows
+from ..definition.windows import SlidingWindows
+from ..errors import FrameworkError
+from . import files, tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from .topology import Pipeline
+    from ..definition.pipeline import Pipeline
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
@@ -38,25 +38,25 @@ def check_schema(schema: str) -> str:
     return schema
 
 
-def table_names(p: Pipeline, tables: state.Tables) -> list[tuple[str, str]]:
+def table_names(p: Pipeline, layout: tables.Tables) -> list[tuple[str, str]]:
     """(catalog table name, path) of each table ``p`` may have."""
     results = p.sink or f"{p.name}_output"
-    named = [(results, tables.output), (f"{p.name}_ledger", tables.ledger), (f"{p.name}_window_state", tables.state),
-             (f"{p.name}_late_records", tables.late), (f"{p.name}_metrics", tables.metrics)]
+    named = [(results, layout.output), (f"{p.name}_ledger", layout.ledger), (f"{p.name}_window_state", layout.state),
+             (f"{p.name}_late_records", layout.late), (f"{p.name}_metrics", layout.metrics)]
     if isinstance(p.windows, SlidingWindows):
-        named.append((f"{p.name}_records", tables.records))
+        named.append((f"{p.name}_records", layout.records))
     if p.rate_limited:
-        named.append((f"{p.name}_{os.path.basename(tables.buffer(p.suppression.name))}",
-                      tables.buffer(p.suppression.name)))
+        named.append((f"{p.name}_{os.path.basename(layout.buffer(p.suppression.name))}",
+                      layout.buffer(p.suppression.name)))
     return named
 
 
-def register(spark: SparkSession, schema: str, p: Pipeline, tables: state.Tables,
+def register(spark: SparkSession, schema: str, p: Pipeline, layout: tables.Tables,
              skip: Collection[str] = ()) -> list[str]:
     """Register the tables of ``p`` that exist as external tables of ``schema``; the names
     (``schema.table``) registered now or before. Names in ``skip`` are known to be registered;
     any other name the schema holds for another location is refused (FrameworkError)."""
-    todo = [(name, path) for name, path in table_names(p, tables) if f"{schema}.{name}" not in skip]
+    todo = [(name, path) for name, path in table_names(p, layout) if f"{schema}.{name}" not in skip]
     if todo:
         spark.sql(f"CREATE SCHEMA IF NOT EXISTS `{check_schema(schema)}`")
     registered = []
@@ -67,7 +67,7 @@ def register(spark: SparkSession, schema: str, p: Pipeline, tables: state.Tables
             if not _same_location(location, path):
                 raise FrameworkError(f"pipeline {p.name!r}: catalog table {schema}.{name} already exists at "
                                      f"{location}, not at {path}: pick another schema, or drop that table first")
-        elif state.exists(spark, path):
+        elif tables.exists(spark, path):
             DeltaTable.createIfNotExists(spark).tableName(qualified).location(path).execute()
         else:
             continue  # not created yet: registered by a later batch
@@ -80,7 +80,7 @@ def _absolute(spark: SparkSession, path: str) -> str:
     table relative to the JVM's working folder, so that is where the location must point."""
     if urlparse(path).scheme:
         return path
-    fs, qualified = state.fs_path(spark, path)
+    fs, qualified = files.fs_path(spark, path)
     return fs.makeQualified(qualified).toUri().getPath()
 
 

@@ -8,11 +8,11 @@
 3. Audit the results (write-audit-publish). Nothing has been written yet, so a failed gate, a
    full strict buffer or input that fails while planning leaves nothing behind.
 4. Write, all at the same time: each state table *advanced* from its recorded version
-   (``state.advance``: whatever an attempt that never committed left there is undone first),
+   (``writes.advance``: whatever an attempt that never committed left there is undone first),
    and the sink rows and late records *staged* under ``_staging/<seq>-<attempt>`` (Parquet
    files: only their publisher reads them). Beside the writes, the snapshots of the tables
    steps 5 and 6 commit to are read, so those commits start from cached snapshots.
-5. Append the ledger row (versions written, metrics) with ``state.commit_point``: Delta commits
+5. Append the ledger row (versions written, metrics) with ``ledger.commit_point``: Delta commits
    it only if no other batch or replay committed since the attempt read the ledger. This is
    the commit point; of overlapping attempts exactly one passes it, the others stop here.
 6. Publish: append the staged rows to the sink, late records and metrics tables, all at once
@@ -42,14 +42,22 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from . import catalog as tables_catalog
-from . import engine, metrics, ratelimit, sinks, state
-from .errors import (BatchFailedError, BatchOrderError, BufferFullError, ConcurrentBatchError, DefinitionError,
-                     FingerprintMismatchError, FrameworkError)
-from .sources import check_drift, read_batch
-from .streamtime import arrival_order, at_batch_start, to_datetime, to_epoch_millis, with_stream_time
-from .topology import Pipeline
-from .windows import TimeWindows
+from ..definition.pipeline import Pipeline
+from ..definition.windows import TimeWindows
+from ..errors import (
+    BatchFailedError,
+    BatchOrderError,
+    BufferFullError,
+    ConcurrentBatchError,
+    DefinitionError,
+    FingerprintMismatchError,
+    FrameworkError,
+)
+from ..execution import engine, ratelimit
+from ..execution.sources import check_drift, read_batch
+from ..execution.streamtime import arrival_order, at_batch_start, to_datetime, to_epoch_millis, with_stream_time
+from ..storage import catalog as tables_catalog
+from ..storage import files, ledger, metrics, sinks, tables, writes
 
 if TYPE_CHECKING:
     from .replay import ReplayResult
@@ -62,7 +70,7 @@ PUBLICATION = "_publish.json"  # in a staging folder: what to publish once its a
 ATTEMPTED = "_batch_id"        # in a staging folder: the batch its attempt runs
 
 
-_LEDGER_ROW = Row(*(field.split()[0] for field in state.LEDGER_SCHEMA.split(", ")))
+_LEDGER_ROW = Row(*(field.split()[0] for field in ledger.LEDGER_SCHEMA.split(", ")))
 
 
 @dataclass(frozen=True)
@@ -159,21 +167,21 @@ class Runtime:
         self.partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
         self._ledgers: dict[str, tuple[tuple[str, int], list[Row]]] = {}  # path -> (table id, version), rows
 
-    def tables(self, p: Pipeline) -> state.Tables:
+    def tables(self, p: Pipeline) -> tables.Tables:
         """Paths of ``p``'s Delta tables."""
-        return state.Tables(f"{self.warehouse.rstrip('/')}/{p.name}", p.sink or "output")
+        return tables.Tables(f"{self.warehouse.rstrip('/')}/{p.name}", p.sink or "output")
 
     # ---- reading ---------------------------------------------------------------------------
     def ledger(self, p: Pipeline) -> DataFrame:
         """The batch ledger: a 'committed' row per batch ('replaced' once a replay re-ran it)."""
-        return state.read(self.spark, self.tables(p).ledger)
+        return tables.read(self.spark, self.tables(p).ledger)
 
     def committed_batch(self, p: Pipeline, batch_id: str) -> BatchResult | None:
         """What batch ``batch_id`` of ``p`` did, as its ledger row records it; None until it commits."""
         path = self.tables(p).ledger
-        if not state.exists(self.spark, path):
+        if not tables.exists(self.spark, path):
             return None
-        rows = state.read(self.spark, path).filter((F.col("status") == "committed") & (F.col("batch_id") == batch_id))
+        rows = tables.read(self.spark, path).filter((F.col("status") == "committed") & (F.col("batch_id") == batch_id))
         row = rows.orderBy(F.desc("seq")).limit(1).collect()
         return self._result_of(p, row[0], "committed") if row else None
 
@@ -195,17 +203,17 @@ class Runtime:
 
     def read_output(self, p: Pipeline) -> DataFrame:
         """The results table: the published results of committed batches."""
-        if not state.exists(self.spark, self.tables(p).output):
+        if not tables.exists(self.spark, self.tables(p).output):
             raise FrameworkError(f"pipeline {p.name!r}: no batch has produced results yet")
-        return state.read(self.spark, self.tables(p).output)
+        return tables.read(self.spark, self.tables(p).output)
 
     def read_metrics(self, p: Pipeline) -> DataFrame:
         """One metrics row per committed batch."""
-        return state.read(self.spark, self.tables(p).metrics)
+        return tables.read(self.spark, self.tables(p).metrics)
 
     def read_late(self, p: Pipeline) -> DataFrame:
         """Records that landed in no window, with the stream time that made them late."""
-        return state.read(self.spark, self.tables(p).late)
+        return tables.read(self.spark, self.tables(p).late)
 
     def describe(self, p: Pipeline) -> str:
         """The topology as text, with where its tables live."""
@@ -271,7 +279,7 @@ class Runtime:
         self._check_unfinished(t, pending, seq, batch_id)
         attempt = uuid.uuid4().hex
         staging = f"{t.staging}/{seq}-{attempt}"
-        state.put_text(self.spark, f"{staging}/{ATTEMPTED}", batch_id)
+        files.put_text(self.spark, f"{staging}/{ATTEMPTED}", batch_id)
         kept = _Kept()
         try:
             self._step = "reading state and planning"
@@ -281,43 +289,43 @@ class Runtime:
             self._step = "auditing the results"
             if plan.emitted and self.quality and p.suppression is not None:
                 from . import quality  # GX loads only in processes that have final or rate-limited rows to audit
-                published = state.read(self.spark, t.output) if state.exists(self.spark, t.output) else None
+                published = tables.read(self.spark, t.output) if tables.exists(self.spark, t.output) else None
                 quality.gate(self.spark, p, rows_out.drop("_gone"), published, batch_id, self.warehouse,
                              expectations_dir=self.expectations)
 
             def tag(table: str) -> str:
-                return f"{state.TAG}{p.name}.{table}@{seq}:{attempt}"
+                return f"{writes.TAG}{p.name}.{table}@{seq}:{attempt}"
 
             def base(table: str) -> int | None:
                 return last[f"{table}_version"] if last is not None and f"{table}_version" in last else None
 
-            writes = {"state": lambda: self._write_state(p, outcome, base("state"), tag("state"), sta, kept),
+            planned = {"state": lambda: self._write_state(p, outcome, base("state"), tag("state"), sta, kept),
                       "records": lambda: self._write_records(p, outcome, base("records"), tag("records")),
                       "buffer": lambda: self._write_buffer(p, outcome, base("buffer"), tag("buffer"))}
             if plan.emitted:
-                writes["output"] = lambda: state.stage(sinks.staged(p, rows_out), f"{staging}/output")
+                planned["output"] = lambda: files.stage(sinks.staged(p, rows_out), f"{staging}/output")
             if counts.get("late_records"):
                 late = outcome.late.select(*p.keys, F.timestamp_millis("_ts").alias("event_time"),
                                            F.timestamp_millis("_sb").alias("stream_time_before"),
                                            F.lit(batch_id).alias("batch_id"), F.lit(seq).cast("long").alias("seq"),
                                            F.to_json(F.struct(*[F.col(c) for c in input_df.columns])).alias("record"))
-                writes["late_records"] = lambda: state.stage(late, f"{staging}/late_records")
+                planned["late_records"] = lambda: files.stage(late, f"{staging}/late_records")
             tasks = {f"writing {point!r}": lambda point=point, action=action: self._write(point, action)
-                     for point, action in writes.items()}
+                     for point, action in planned.items()}
             tasks["counting open windows"] = plan.open_now
             for path in (t.ledger, t.metrics, *([t.output] if plan.emitted else []),
-                         *([t.late] if "late_records" in writes else [])):  # what the commit and publication write
-                tasks[f"reading {path}"] = lambda path=path: state.prepare(self.spark, path)
-            written = dict(zip(writes, self._concurrently(tasks)))
+                         *([t.late] if "late_records" in planned else [])):  # what the commit and publication write
+                tasks[f"reading {path}"] = lambda path=path: tables.prepare(self.spark, path)
+            written = dict(zip(planned, self._concurrently(tasks)))
             values = self._metrics(p, plan, inp, started_at)
         finally:
             kept.release()
 
         versions = {name: written.get(name, base(name)) for name in ("state", "records", "buffer")}
-        staged = [name for name in ("output", "late_records") if name in writes]
-        state.put_text(self.spark, f"{staging}/{PUBLICATION}", json.dumps({"replay": False, "staged": staged}))
+        staged = [name for name in ("output", "late_records") if name in planned]
+        files.put_text(self.spark, f"{staging}/{PUBLICATION}", json.dumps({"replay": False, "staged": staged}))
         commit = self._ledger_row(p, seq, batch_id, attempt, inp, last, sta, versions, values,
-                                  output_base=state.latest_version(self.spark, t.output))
+                                  output_base=tables.latest_version(self.spark, t.output))
         self._write("ledger_commit", lambda: self._commit(p, t.ledger, seen, rows, commit, tag("ledger")))
         self._write("publish", lambda: self.finish(p, commit))
         log.info("%s: committed seq=%d emitted=%d stream_time=%s in %.1f s", where, seq, plan.emitted,
@@ -328,7 +336,7 @@ class Runtime:
     def _commit(self, p: Pipeline, path: str, seen: tuple[str, int, int], rows: list[Row], commit: Row,
                 tag: str) -> None:
         """Pass the commit point, or stop: another batch or replay committed since the ledger was read."""
-        made = state.commit_point(self._ledger_frame(commit), path, seen[1], seen[2], tag, mergeSchema="true")
+        made = ledger.commit_point(self._ledger_frame(commit), path, seen[1], seen[2], tag, mergeSchema="true")
         if made is None:
             raise self._fenced_out()
         if made == seen[1] + 1:  # nothing came between: the ledger this runtime knows is current
@@ -366,24 +374,24 @@ class Runtime:
         beside another runner's ``finish``. Returns the staging folders left: attempts of later
         batches, maybe still running."""
         t, left = self.tables(p), []
-        for name in state.list_names(self.spark, t.staging):
+        for name in files.list_names(self.spark, t.staging):
             seq, _, attempt = name.partition("-")
             folder = f"{t.staging}/{name}"
             spec = None
             if last is not None and attempt == last.attempt:
-                spec = json.loads(state.get_text(self.spark, f"{folder}/{PUBLICATION}") or "null")
+                spec = json.loads(files.get_text(self.spark, f"{folder}/{PUBLICATION}") or "null")
                 # the staged tables are removed before the spec: one missing means published
-                if spec is not None and all(state.is_staged(self.spark, f"{folder}/{s}") for s in spec["staged"]):
+                if spec is not None and all(files.is_staged(self.spark, f"{folder}/{s}") for s in spec["staged"]):
                     self._publish(p, t, folder, last, spec)
             elif last is None or not seq.isdigit() or int(seq) > last.seq:
                 left.append(name)
                 continue
             for staged in (spec or {}).get("staged", []):
-                state.remove(self.spark, f"{folder}/{staged}")
-            state.remove(self.spark, folder)
+                files.remove(self.spark, f"{folder}/{staged}")
+            files.remove(self.spark, folder)
         return left
 
-    def _undo_legacy_attempts(self, p: Pipeline, t: state.Tables, rows: list[Row], last: Row | None, seq: int) -> None:
+    def _undo_legacy_attempts(self, p: Pipeline, t: tables.Tables, rows: list[Row], last: Row | None, seq: int) -> None:
         """Remove what an unfinished attempt of the previous protocol (a ledger row 'started',
         which wrote results, metrics and late records before its commit) published."""
         started = [r.batch_id for r in rows if r.status == "started" and r.seq == seq
@@ -391,45 +399,45 @@ class Runtime:
         if not started:
             return
         self._step = "undoing an unfinished attempt of an earlier version"
-        tag = f"{state.TAG}{p.name}.legacy@{seq}"
+        tag = f"{writes.TAG}{p.name}.legacy@{seq}"
         output_rows = F.col("emitted_batch_id").isin(started) if p.suppression is not None else None
         for path, rows_of in ((t.metrics, F.col("seq") == seq), (t.late, F.col("seq") == seq), (t.output, output_rows)):
-            if rows_of is not None and state.exists(self.spark, path):
-                state.tagged(self.spark, path, tag, lambda path=path, rows_of=rows_of:
+            if rows_of is not None and tables.exists(self.spark, path):
+                writes.tagged(self.spark, path, tag, lambda path=path, rows_of=rows_of:
                              DeltaTable.forPath(self.spark, path).delete(rows_of))
         before = last.output_version if last is not None else None
-        if p.suppression is None and before is not None and state.latest_version(self.spark, t.output) != before:
-            state.reset(self.spark, t.output, before, tag)
+        if p.suppression is None and before is not None and tables.latest_version(self.spark, t.output) != before:
+            writes.reset(self.spark, t.output, before, tag)
 
-    def _check_unfinished(self, t: state.Tables, pending: list[str], seq: int, batch_id: str) -> None:
+    def _check_unfinished(self, t: tables.Tables, pending: list[str], seq: int, batch_id: str) -> None:
         """Refuse to run a batch while an attempt of an earlier batch id at the same sequence
         number did not commit (it failed, or still runs): its records would be skipped. That
         batch may be re-run with corrected input; nothing else needs it."""
         for name in pending:
             if name.startswith(f"{seq}-"):
-                other = state.get_text(self.spark, f"{t.staging}/{name}/{ATTEMPTED}")
+                other = files.get_text(self.spark, f"{t.staging}/{name}/{ATTEMPTED}")
                 if other is not None and other != batch_id:
                     raise BatchOrderError(
                         f"{self._where}: batch {other!r} (seq {seq}) was attempted and has not committed (it "
                         f"failed, or still runs); run it to completion first, with its input corrected if "
                         "need be, so that its records are not skipped.")
 
-    def _publish(self, p: Pipeline, t: state.Tables, folder: str, last: Row, spec: dict) -> None:
+    def _publish(self, p: Pipeline, t: tables.Tables, folder: str, last: Row, spec: dict) -> None:
         """Publish a committed attempt's staged rows, each table once (Delta skips a repeat)."""
-        tag = f"{state.TAG}{p.name}.publish@{last.seq}:{last.attempt}"
+        tag = f"{writes.TAG}{p.name}.publish@{last.seq}:{last.attempt}"
         if spec["replay"]:
             from .replay import publish_range
             publish_range(self, p, t, folder, spec, tag)
             return
-        once = {"txnAppId": state.LEDGER_APP, "txnVersion": str(last.seq)}
-        tasks = {"publishing metrics": lambda: state.save(self._metrics_frame(p, last), t.metrics, tag, **once)}
+        once = {"txnAppId": writes.LEDGER_APP, "txnVersion": str(last.seq)}
+        tasks = {"publishing metrics": lambda: writes.save(self._metrics_frame(p, last), t.metrics, tag, **once)}
         if "output" in spec["staged"]:
             tasks["publishing results"] = lambda: sinks.publish(
-                p, state.read_staged(self.spark, f"{folder}/output"), t.output, last.seq, tag,
+                p, files.read_staged(self.spark, f"{folder}/output"), t.output, last.seq, tag,
                 tombstones=getattr(t, "tombstones", False))
         if "late_records" in spec["staged"]:
-            tasks["publishing late records"] = lambda: state.save(
-                state.read_staged(self.spark, f"{folder}/late_records"), t.late, tag, **once)
+            tasks["publishing late records"] = lambda: writes.save(
+                files.read_staged(self.spark, f"{folder}/late_records"), t.late, tag, **once)
         self._concurrently(tasks)  # three tables, each commit skipped by Delta if it landed already
 
     def _metrics_frame(self, p: Pipeline, row: Row) -> DataFrame:
@@ -493,7 +501,7 @@ class Runtime:
         try:
             return action()
         except Exception as e:
-            if not state.lost_race(e):
+            if not writes.lost_race(e):
                 raise
             if point == "ledger_commit":
                 raise self._fenced_out() from e
@@ -528,7 +536,7 @@ class Runtime:
     def _as_of(self, path: str, version: int | None) -> DataFrame | None:
         """A state table's rows as of a recorded version, read from the current version when
         only maintenance landed since (its files may be compacted and VACUUMed away)."""
-        return None if version is None else state.read(self.spark, path, state.same_rows(self.spark, path, version))
+        return None if version is None else tables.read(self.spark, path, writes.same_rows(self.spark, path, version))
 
     def _ledger_row(self, p: Pipeline, seq: int, batch_id: str, attempt: str, inp, last: Row | None,
                     sta: int | None, versions: dict, values: dict, output_base: int | None) -> Row:
@@ -543,35 +551,35 @@ class Runtime:
         return _LEDGER_ROW(*row.values())
 
     def _ledger_frame(self, row: Row) -> DataFrame:
-        return self.spark.createDataFrame([row], state.LEDGER_SCHEMA)
+        return self.spark.createDataFrame([row], ledger.LEDGER_SCHEMA)
 
     def _read_ledger(self, path: str) -> tuple[tuple[str, int, int], list[Row]]:
         """The ledger's (table id, version, fence) and rows; rows this runtime already knows at
         that version of that table are not read again (a Delta version never changes)."""
-        state.create(self.spark, path, state.LEDGER_SCHEMA)
+        tables.create(self.spark, path, ledger.LEDGER_SCHEMA)
         known = self._ledgers.get(path)
-        if known is not None and known[0][:2] == state.head(self.spark, path):
+        if known is not None and known[0][:2] == tables.head(self.spark, path):
             return known  # its fence too: reading the fence costs a Spark job
-        seen = state.ledger_head(self.spark, path)
-        return seen, state.read(self.spark, path, seen[1]).collect()
+        seen = ledger.ledger_head(self.spark, path)
+        return seen, tables.read(self.spark, path, seen[1]).collect()
 
     def _write_state(self, p: Pipeline, outcome: engine.Outcome, base: int | None, tag: str, sta: int | None,
                      kept) -> int | None:
         path = self.tables(p).state
         if outcome.state_rewrite is not None:
             rows, replaced = outcome.state_rewrite
-            state.create(self.spark, path, rows.schema, partition_by="_bucket")
-            return state.advance(self.spark, path, base, tag, lambda: state.rewrite(rows, path, replaced, tag))
+            tables.create(self.spark, path, rows.schema, partition_by="_bucket")
+            return writes.advance(self.spark, path, base, tag, lambda: writes.rewrite(rows, path, replaced, tag))
         if outcome.state_changes is None:
             return base
         changes = kept(outcome.state_changes)
         columns = [c for c in changes.columns if c != "_gone"]
-        state.create(self.spark, path, changes.select(*columns).schema, partition_by="_bucket")
+        tables.create(self.spark, path, changes.select(*columns).schema, partition_by="_bucket")
         ident = p.identity
         on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in ident)
         due = f"s._close <= {sta if sta is not None else engine.NO_TIME}"
         values = {f"`{c}`": f"s.`{c}`" for c in columns}
-        return state.advance(self.spark, path, base, tag, lambda: state.tagged(self.spark, path, tag, lambda: (
+        return writes.advance(self.spark, path, base, tag, lambda: writes.tagged(self.spark, path, tag, lambda: (
             DeltaTable.forPath(self.spark, path).alias("t").merge(changes.alias("s"), on)
             .whenMatchedDelete(f"s._gone OR {due}")
             .whenMatchedUpdate(set=values)
@@ -583,7 +591,7 @@ class Runtime:
             return base
         path = self.tables(p).records
         new = outcome.new_records.withColumn("_tbucket", F.floor(F.col("_ts") / self.bucket_ms).cast("long"))
-        state.create(self.spark, path, new.schema, partition_by="_tbucket")
+        tables.create(self.spark, path, new.schema, partition_by="_tbucket")
         values = {f"`{c}`": f"s.`{c}`" for c in new.columns}
 
         def merge() -> None:
@@ -591,16 +599,16 @@ class Runtime:
                        .merge(new.alias("s"), "t._ord = s._ord").whenNotMatchedInsert(values=values))
             if outcome.records_cutoff is not None:
                 builder = builder.whenNotMatchedBySourceDelete(f"t._ts < {outcome.records_cutoff}")
-            state.tagged(self.spark, path, tag, builder.execute)
-        return state.advance(self.spark, path, base, tag, merge)
+            writes.tagged(self.spark, path, tag, builder.execute)
+        return writes.advance(self.spark, path, base, tag, merge)
 
     def _write_buffer(self, p: Pipeline, outcome: engine.Outcome, base: int | None, tag: str) -> int | None:
         if outcome.limited is None:
             return base
         path = self._buffer_path(p)  # the buffer after the batch replaces the one before
-        state.create(self.spark, path, outcome.limited.buffer.schema)
-        return state.advance(self.spark, path, base, tag,
-                             lambda: state.rewrite(outcome.limited.buffer, path, None, tag))
+        tables.create(self.spark, path, outcome.limited.buffer.schema)
+        return writes.advance(self.spark, path, base, tag,
+                             lambda: writes.rewrite(outcome.limited.buffer, path, None, tag))
 
     def _buffer_path(self, p: Pipeline) -> str | None:
         return self.tables(p).buffer(p.suppression.name) if p.rate_limited else None

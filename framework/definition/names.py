@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import DefinitionError
+from ..errors import DefinitionError
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .state import Tables
-from .streamtime import to_datetime
-from .topology import Pipeline
-from .windows import SlidingWindows
+from ..definition.pipeline import Pipeline
+from ..definition.windows import SlidingWindows
+from ..execution.streamtime import to_datetime
+from ..storage.tables import Tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,21 +33,21 @@ def pipeline_status(spark: SparkSession, name: str, root: str) -> str:
     """A few lines on pipeline ``name`` stored at ``root``: last batch, stream time, open windows."""
     from pyspark.sql import functions as F
 
-    from . import state
+    from ..storage import files, tables
 
     t = Tables(root, "output")
-    if not state.exists(spark, t.ledger):
+    if not tables.exists(spark, t.ledger):
         return f"{name}  ({root})\n  no batch has run yet"
-    ledger = state.read(spark, t.ledger)
+    ledger = tables.read(spark, t.ledger)
     last = ledger.filter("status = 'committed'").orderBy(F.desc("seq")).limit(1).collect()
     seq = last[0].seq if last else 0
-    staged = [name for name in state.list_names(spark, t.staging) if last and name.endswith(f"-{last[0].attempt}")]
+    staged = [name for name in files.list_names(spark, t.staging) if last and name.endswith(f"-{last[0].attempt}")]
     lines = [f"{name}  ({root})"]
     if last:
         b = last[0]
         lines += [f"  last batch     {b.batch_id} (seq {b.seq}), committed at {b.at:%Y-%m-%d %H:%M:%S} UTC",
                   f"  stream time    {_time(b.stream_time)}"]
-        metrics = state.read(spark, t.metrics)
+        metrics = tables.read(spark, t.metrics)
         m = metrics.filter(F.col("seq") == seq).collect()
         totals = metrics.agg(F.sum("records_in"), F.sum("suppression_emit_total"), F.sum("late_records")).collect()[0]
         if m:

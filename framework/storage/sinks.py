@@ -15,8 +15,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from . import state
-from .topology import Pipeline
+from ..definition.pipeline import Pipeline
+from . import tables, writes
 
 EMITTED = ["emitted_batch_id", "emitted_stream_time"]
 GONE = "_gone"
@@ -55,9 +55,9 @@ def publish(p: Pipeline, rows: DataFrame, path: str, seq: int, tag: str, tombsto
     deleted windows as ``_gone`` rows (a replay's staged sink, published later in one MERGE)."""
     spark = rows.sparkSession
     if p.suppression is not None:  # final results, or a log of rate-limited updates: appended
-        state.save(rows, path, tag, txnAppId=state.LEDGER_APP, txnVersion=str(seq))
+        writes.save(rows, path, tag, txnAppId=writes.LEDGER_APP, txnVersion=str(seq))
         return
-    state.tagged(spark, path, tag, lambda: merge(p, rows, path, tombstones), txn_version=seq)
+    writes.tagged(spark, path, tag, lambda: merge(p, rows, path, tombstones), txn_version=seq)
 
 
 def merge(p: Pipeline, rows: DataFrame, path: str, tombstones: bool = False) -> None:
@@ -65,7 +65,7 @@ def merge(p: Pipeline, rows: DataFrame, path: str, tombstones: bool = False) -> 
     ``tombstones``, is kept as it is)."""
     spark = rows.sparkSession
     kept = rows if tombstones else rows.drop(GONE)
-    state.create(spark, path, kept.schema)
+    tables.create(spark, path, kept.schema)
     on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in p.identity)
     columns = {f"`{c}`": f"s.`{c}`" for c in kept.columns}
     builder = DeltaTable.forPath(spark, path).alias("t").merge(rows.alias("s"), on)
@@ -82,7 +82,7 @@ def replace_all(p: Pipeline, changes: DataFrame, path: str, base: int | None, ta
     spark = changes.sparkSession
     kept = changes.filter(~F.col(GONE)).drop(GONE)
     if base is not None:
-        kept = state.read(spark, path, base).join(changes.select(*p.identity), p.identity, "left_anti") \
+        kept = tables.read(spark, path, base).join(changes.select(*p.identity), p.identity, "left_anti") \
             .unionByName(kept)
-    state.create(spark, path, kept.schema)
-    state.save(kept.localCheckpoint(), path, tag, "overwrite", **once)
+    tables.create(spark, path, kept.schema)
+    writes.save(kept.localCheckpoint(), path, tag, "overwrite", **once)

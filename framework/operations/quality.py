@@ -26,16 +26,19 @@ from pathlib import Path
 import great_expectations as gx
 from great_expectations.checkpoint import UpdateDataDocsAction
 from great_expectations.core.run_identifier import RunIdentifier
-from great_expectations.data_context.types.base import (DataContextConfig, InMemoryStoreBackendDefaults,
-                                                        ProgressBarsConfig)
+from great_expectations.data_context.types.base import (
+    DataContextConfig,
+    InMemoryStoreBackendDefaults,
+    ProgressBarsConfig,
+)
 from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from . import state
-from .errors import DefinitionError, QualityGateError
-from .topology import Pipeline
-from .windows import SessionWindows, SlidingWindows
+from ..definition.pipeline import Pipeline
+from ..definition.windows import SessionWindows, SlidingWindows
+from ..errors import DefinitionError, QualityGateError
+from ..storage import locks
 
 log = logging.getLogger("framework.quality")
 
@@ -43,7 +46,7 @@ log = logging.getLogger("framework.quality")
 # pipelines' own suites are the user's files: in a checkout its expectations/ folder, where the
 # package is installed from a wheel ./expectations (or $FINALRESULTS_EXPECTATIONS).
 TEMPLATE = Path(__file__).resolve().parent / "final_results.template.json"
-_CHECKOUT_DIR = Path(__file__).resolve().parent.parent / "expectations"
+_CHECKOUT_DIR = Path(__file__).resolve().parents[2] / "expectations"
 DEFAULT_DIR = _CHECKOUT_DIR if _CHECKOUT_DIR.is_dir() else Path("expectations")
 SEVERITIES = ("critical", "warning")
 EXAMPLES = 3
@@ -314,7 +317,7 @@ def _persist(spark: SparkSession, pipeline: Pipeline, report: Report, root: str)
     rows = [(report.suite, pipeline.name, report.batch_id, c.expectation, c.severity, c.success, c.observed,
              json.dumps(list(c.examples), default=str), report.validated_at) for c in report.checks]
     path = os.path.join(root, "quality_results")
-    with state.committing(path):   # every pipeline of the warehouse appends here
+    with locks.committing(path):   # every pipeline of the warehouse appends here
         spark.createDataFrame(rows, RESULTS_SCHEMA).write.format("delta").mode("append").save(path)
 
 

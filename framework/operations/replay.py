@@ -37,16 +37,16 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from . import sinks, state
-from .errors import ConcurrentBatchError, ReplayError
+from ..definition.pipeline import Pipeline
+from ..errors import ConcurrentBatchError, ReplayError
+from ..storage import files, ledger, sinks, tables, writes
 from .runtime import PUBLICATION, BatchResult, Runtime
-from .topology import Pipeline
 
 if TYPE_CHECKING:
     from pyspark.sql import Row
 
 STATE_TABLES = ("state", "records", "buffer")  # ledger columns <name>_version
-REPLAYS = f"{state.LEDGER_APP}.replay"  # Delta txnAppId of a replay's publications
+REPLAYS = f"{writes.LEDGER_APP}.replay"  # Delta txnAppId of a replay's publications
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class ReplayResult:
 
 
 @dataclass(frozen=True)
-class _Staged(state.Tables):
+class _Staged(tables.Tables):
     """A replay's tables: state in place, the per-batch logs (ledger, sink, metrics, late
     records) in the replay's staging folder; a MERGEd sink keeps its deletes as tombstones."""
 
@@ -106,11 +106,11 @@ class _StagedRuntime(Runtime):
         self.__dict__.update(rt.__dict__)
         self._staged, self.catalog = tables, None  # the catalog names the live tables, never staged ones
 
-    def tables(self, p: Pipeline) -> state.Tables:
+    def tables(self, p: Pipeline) -> tables.Tables:
         return self._staged
 
 
-def _staged_tables(t: state.Tables, p: Pipeline, folder: str) -> _Staged:
+def _staged_tables(t: tables.Tables, p: Pipeline, folder: str) -> _Staged:
     return _Staged(t.root, t.sink, folder, tombstones=p.suppression is None)
 
 
@@ -148,25 +148,25 @@ def replay(rt: Runtime, pipeline: Pipeline,
         _check_available(spark, where, "output", t.output, base)
     attempt = uuid.uuid4().hex
     staged = _staged_tables(t, p, f"{t.staging}/{last.seq + 1}-{attempt}")
-    tag = f"{state.TAG}{p.name}.replay@{first.seq}:{attempt}"
+    tag = f"{writes.TAG}{p.name}.replay@{first.seq}:{attempt}"
     committing = False
     try:
-        _seed(spark, staged.ledger, before, state.read(spark, t.ledger, seen[1]).schema)
+        _seed(spark, staged.ledger, before, tables.read(spark, t.ledger, seen[1]).schema)
         results = tuple(_StagedRuntime(rt, staged).run_batch(p, b.batch_id, b.input_df, b.batch_end) for b in todo)
         if [r.seq for r in results] != [r.seq for r in range_rows]:
             raise ReplayError(f"{where}: replayed sequence numbers {[r.seq for r in results]} differ from the "
                               f"committed ones {[r.seq for r in range_rows]}")
         removed = _emitted_since(spark, p, t, first.batch_id, last.batch_id)
-        tables = [n for n, path in (("output", staged.output), ("late_records", staged.late),
-                                    ("metrics", staged.metrics)) if state.exists(spark, path)]
-        state.put_text(spark, f"{staged.folder}/{PUBLICATION}", json.dumps(
-            {"replay": True, "staged": tables, "first_seq": first.seq, "first_batch_id": first.batch_id,
+        staged_names = [n for n, path in (("output", staged.output), ("late_records", staged.late),
+                                    ("metrics", staged.metrics)) if tables.exists(spark, path)]
+        files.put_text(spark, f"{staged.folder}/{PUBLICATION}", json.dumps(
+            {"replay": True, "staged": staged_names, "first_seq": first.seq, "first_batch_id": first.batch_id,
              "last_seq": last.seq, "last_batch_id": last.batch_id, "output_base": base, "fence": seen[2] + 1}))
         committing = True
         new_last = _commit(spark, where, t, staged, seen, first, last, attempt, tag)
     except BaseException as e:
         if not committing:  # after the commit point was tried, ``finish`` decides: publish or remove
-            state.remove(spark, staged.folder)
+            files.remove(spark, staged.folder)
         if isinstance(e, ConcurrentBatchError):  # fenced out, in a replayed batch or at the end
             raise ConcurrentBatchError(f"{where}: another batch or replay committed while this replay ran; this "
                                        "replay published nothing. Run it again over the range as it is now.") from e
@@ -191,7 +191,7 @@ def _output_base(where: str, p: Pipeline, first: Row, before: Row | None) -> int
                       "results table never existed as it was before it; replay from the start of that range")
 
 
-def _state_path(rt: Runtime, p: Pipeline, t: state.Tables, name: str) -> str | None:
+def _state_path(rt: Runtime, p: Pipeline, t: tables.Tables, name: str) -> str | None:
     """The path of state table ``name`` (a ledger ``<name>_version`` column), if ``p`` has it."""
     return rt._buffer_path(p) if name == "buffer" else getattr(t, name)
 
@@ -227,14 +227,14 @@ def _check_available(spark: SparkSession, where: str, name: str, path: str, vers
     if version is None:
         return
     try:
-        files = state.read(spark, path, version).inputFiles()
+        inputs = tables.read(spark, path, version).inputFiles()
     except (Py4JJavaError, PySparkException) as e:
         raise ReplayError(f"{where}: table {name!r} version {version} ({path}), the state before the range, is no "
                           f"longer available: {_first_line(e)}. Nothing was written. Replay a later range, or "
                           "keep delta.logRetentionDuration longer than the oldest range to replay.") from None
     jvm = spark._jvm
     conf = spark._jsc.hadoopConfiguration()
-    for f in files:
+    for f in inputs:
         hadoop_path = jvm.org.apache.hadoop.fs.Path(f)
         if not hadoop_path.getFileSystem(conf).exists(hadoop_path):
             raise ReplayError(
@@ -244,33 +244,33 @@ def _check_available(spark: SparkSession, where: str, name: str, path: str, vers
 
 
 # ---- writing ---------------------------------------------------------------------------------
-def _seed(spark: SparkSession, ledger: str, before: Row | None, schema) -> None:
+def _seed(spark: SparkSession, path: str, before: Row | None, schema) -> None:
     """The staging ledger: the batch before the range, as committed (its state versions)."""
-    state.create(spark, ledger, state.LEDGER_SCHEMA)
+    tables.create(spark, path, ledger.LEDGER_SCHEMA)
     if before is not None:
-        state.save(spark.createDataFrame([tuple(before)], schema), ledger, f"{state.TAG}seed", mergeSchema="true")
+        writes.save(spark.createDataFrame([tuple(before)], schema), path, f"{writes.TAG}seed", mergeSchema="true")
 
 
-def _emitted_since(spark: SparkSession, p: Pipeline, t: state.Tables, first_batch_id: str, last_batch_id: str) -> int:
+def _emitted_since(spark: SparkSession, p: Pipeline, t: tables.Tables, first_batch_id: str, last_batch_id: str) -> int:
     """Rows of an append-only sink emitted by the batches ``first_batch_id`` .. ``last_batch_id``."""
-    if p.suppression is None or not state.exists(spark, t.output):
+    if p.suppression is None or not tables.exists(spark, t.output):
         return 0
-    return state.read(spark, t.output).filter(F.col("emitted_batch_id").between(first_batch_id, last_batch_id)).count()
+    return tables.read(spark, t.output).filter(F.col("emitted_batch_id").between(first_batch_id, last_batch_id)).count()
 
 
-def _commit(spark: SparkSession, where: str, t: state.Tables, staged: _Staged, seen: tuple[str, int, int],
+def _commit(spark: SparkSession, where: str, t: tables.Tables, staged: _Staged, seen: tuple[str, int, int],
             first, last, attempt: str, tag: str) -> Row:
     """The commit point, one ledger commit: the range's rows become 'replaced' and the replayed
     batches 'committed' (under the replay's attempt, which names its staging folder). Fenced
     like a batch's commit; returns the new last committed row."""
-    old = state.read(spark, t.ledger, seen[1]).filter(F.col("seq") >= first.seq)
+    old = tables.read(spark, t.ledger, seen[1]).filter(F.col("seq") >= first.seq)
     status = F.when((F.col("status") == "committed") & (F.col("seq") <= last.seq), "replaced").otherwise(F.col("status"))
-    new = (state.read(spark, staged.ledger).filter((F.col("status") == "committed") & (F.col("seq") >= first.seq))
+    new = (tables.read(spark, staged.ledger).filter((F.col("status") == "committed") & (F.col("seq") >= first.seq))
            .withColumn("attempt", F.lit(attempt))   # the staged sink's versions mean nothing here:
            .withColumn("output_base", F.when(F.col("seq") == first.seq, F.lit(first.asDict().get("output_base")))
                        .cast("long")))              # the range is published at once, from before its first
     rows = old.withColumn("status", status).unionByName(new, allowMissingColumns=True).localCheckpoint()
-    made = state.commit_point(rows, t.ledger, seen[1], seen[2], tag, "overwrite",
+    made = ledger.commit_point(rows, t.ledger, seen[1], seen[2], tag, "overwrite",
                               replaceWhere=f"seq >= {int(first.seq)}", mergeSchema="true")
     if made is None:
         raise ConcurrentBatchError(f"{where}: fenced out at its commit point")
@@ -280,14 +280,14 @@ def _commit(spark: SparkSession, where: str, t: state.Tables, staged: _Staged, s
 def _replace(spark: SparkSession, rows: DataFrame | None, target: str, where: str, tag: str, once: dict) -> None:
     """In one commit, replace the rows of ``target`` matching ``where`` by ``rows`` (None: by no rows)."""
     if rows is None:
-        if not state.exists(spark, target):
+        if not tables.exists(spark, target):
             return
-        rows = spark.createDataFrame([], state.read(spark, target).schema)
-    state.create(spark, target, rows.schema)
-    state.save(rows, target, tag, "overwrite", replaceWhere=where, **once)
+        rows = spark.createDataFrame([], tables.read(spark, target).schema)
+    tables.create(spark, target, rows.schema)
+    writes.save(rows, target, tag, "overwrite", replaceWhere=where, **once)
 
 
-def publish_range(rt: Runtime, p: Pipeline, t: state.Tables, folder: str, spec: dict, tag: str) -> None:
+def publish_range(rt: Runtime, p: Pipeline, t: tables.Tables, folder: str, spec: dict, tag: str) -> None:
     """Publish a committed replay's staged rows, one commit per table, each skipped if this
     replay's publication of it landed already (Delta transaction id ``REPLAYS``, version = the
     replay's ledger fence): publishing again, or late beside another publisher, changes nothing."""
@@ -295,7 +295,7 @@ def publish_range(rt: Runtime, p: Pipeline, t: state.Tables, folder: str, spec: 
     once = {"txnAppId": REPLAYS, "txnVersion": str(spec["fence"])}
 
     def rows(name: str, path: str) -> DataFrame | None:
-        return state.read(spark, path) if name in spec["staged"] else None
+        return tables.read(spark, path) if name in spec["staged"] else None
     first, last = _sql_string(spec["first_batch_id"]), _sql_string(spec["last_batch_id"])
     sink = rows("output", staged.output)
     if p.suppression is not None:

@@ -12,10 +12,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .aggregations import input_columns
-from .errors import InputError
+from ..definition.aggregations import input_columns
+from ..definition.pipeline import Pipeline
+from ..errors import InputError
 from .streamtime import to_datetime
-from .topology import Pipeline
 
 TIME_TYPES = (T.TimestampType, T.TimestampNTZType, T.DateType, T.StringType)
 KEY_TYPES = (T.StringType, T.IntegerType, T.LongType, T.ShortType, T.ByteType, T.BooleanType,

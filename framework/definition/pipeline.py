@@ -8,10 +8,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
+from ..errors import DefinitionError
 from .aggregations import Aggregate
-from .errors import DefinitionError
-from .names import (EMITTED_COLUMNS, RESERVED_TABLES, WINDOW_COLUMNS, find_up_to_case, identifier,
-                    reserved_root_entry, reserved_table, same_up_to_case)
+from .names import (
+    EMITTED_COLUMNS,
+    RESERVED_TABLES,
+    WINDOW_COLUMNS,
+    find_up_to_case,
+    identifier,
+    reserved_root_entry,
+    reserved_table,
+    same_up_to_case,
+)
 from .suppress import Suppressed
 from .windows import SessionWindows, SlidingWindows, TimeWindows, Windows, to_millis
 

@@ -14,9 +14,20 @@ import sys
 import time
 from types import ModuleType
 
-from .batchjob import (JobError, batch_id, check_interval, intervals, load_job, parse_duration, parse_time,
-                       replay_intervals, replay_summary, run_interval, summary)
-from .errors import FrameworkError
+from ..errors import FrameworkError
+from .jobs import (
+    JobError,
+    batch_id,
+    check_interval,
+    intervals,
+    load_job,
+    parse_duration,
+    parse_time,
+    replay_intervals,
+    replay_summary,
+    run_interval,
+    summary,
+)
 
 
 def _schedule(job: ModuleType, every: str | None) -> dt.timedelta:
@@ -29,7 +40,7 @@ def _schedule(job: ModuleType, every: str | None) -> dt.timedelta:
 
 
 def _spark(args: argparse.Namespace, what: str):
-    from .session import spark_session
+    from ..storage.session import spark_session
 
     return spark_session(f"finalresults-{what}", master=args.master, metastore=getattr(args, "metastore", None))
 
@@ -110,11 +121,11 @@ def _pipeline_roots(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from .status import pipeline_status
+    from ..operations.status import pipeline_status
 
     roots = _pipeline_roots(args)
     if args.html:
-        from . import statuspage
+        from ..operations import statuspage
 
         spark = _spark(args, "status") if roots else None
         text = statuspage.page(args.warehouse, [statuspage.read(spark, name, root) for name, root in roots])
@@ -131,7 +142,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    from .status import table_paths
+    from ..operations.status import table_paths
 
     pipeline = load_job(args.job).PIPELINE
     print(pipeline.describe())
@@ -142,7 +153,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .validation import validate_results
+    from ..operations.validation import validate_results
 
     pipeline = load_job(args.job).PIPELINE
     report = validate_results(_spark(args, f"{pipeline.name}-validate"), pipeline, args.warehouse)

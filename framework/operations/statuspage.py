@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING
 
-from . import state
-from .metrics import KIP_NAMES
+from ..storage import tables
+from ..storage.metrics import KIP_NAMES
 from .status import pipeline_status
 
 if TYPE_CHECKING:
@@ -58,8 +58,8 @@ class PipelineState:
 
 def read(spark: SparkSession, name: str, root: str) -> PipelineState:
     """Pipeline ``name`` stored at ``root``: its status text and metrics rows (oldest first)."""
-    path = state.Tables(root, "output").metrics
-    rows = state.read(spark, path).orderBy("seq").collect() if state.exists(spark, path) else []
+    path = tables.Tables(root, "output").metrics
+    rows = tables.read(spark, path).orderBy("seq").collect() if tables.exists(spark, path) else []
     return PipelineState(name, pipeline_status(spark, name, root), [r.asDict() for r in rows])
 
 

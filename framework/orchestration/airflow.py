@@ -1,0 +1,224 @@
+"""Airflow 3 DAGs for pipelines: each data interval becomes one batch, strictly in order.
+
+``pipeline_dag(job)`` builds ``spark_batch >> quality_gate`` for a job module (SPEC 6), and
+``replay_dag(job)`` a manually triggered ``spark_replay >> quality_gate`` for its replays:
+
+- an *interval* timetable, so ``data_interval_start < data_interval_end`` (Airflow 3's plain cron
+  schedules give runs whose interval is a single instant, which would read no records);
+- ``max_active_runs=1``, ``depends_on_past`` and ``wait_for_downstream``: batches apply in order,
+  and a batch whose quality gate failed holds back the next one;
+- ``catchup=True`` by default: every interval since ``start_date`` must run once, or the records
+  that arrived in a skipped interval would never be read;
+- retries are safe: a batch re-run with the same input is a no-op ("already committed");
+- data-aware downstream: the quality gate's outlet is the results table's ``Asset``
+  (``results_asset``); its event's extra names the batch it passed (id, seq, rows published,
+  stream time), so a DAG scheduled on the asset acts on exactly that batch's rows
+  (``published_batches``, then ``framework.downstream``). Replays emit no asset event: they
+  replace rows that downstream already acted on, which is an operator's decision to follow up.
+
+The Spark task runs ``spark-submit jobs/<name>.py`` through the ``spark_default`` connection
+(its host is the master: ``local[*]`` for one machine, ``spark://...`` or ``yarn`` for a cluster).
+The quality gate validates the whole committed results table with the pipeline's Great Expectations
+suite (``framework.validation``); each batch has already audited its own rows before publishing.
+
+This module is imported by DAG files, which the scheduler parses often: nothing here imports
+Spark; the job module is read for its pipeline definition only.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import datetime, timedelta
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any, Mapping
+from urllib.parse import urlparse
+
+try:
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.providers.standard.operators.python import PythonOperator
+    from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, DeltaDataIntervalTimetable, Param
+except ModuleNotFoundError as e:  # Airflow is an extra: Spark jobs on a cluster do not need it
+    raise ImportError(f"framework.airflow needs Airflow: pip install 'finalresults[airflow]' ({e})") from e
+
+from ..definition.pipeline import Pipeline
+from ..errors import FrameworkError
+from .jobs import batch_id, load_job, parse_time
+
+log = logging.getLogger("framework.airflow")
+
+# spark-submit starts the JVM before the job's Python runs, so Delta's jars must be on its command line.
+DELTA_PACKAGE = f"io.delta:delta-spark_2.13:{version('delta-spark')}"
+INTERVAL_START = "{{ data_interval_start.isoformat() }}"
+
+
+def results_asset(job_module: str, warehouse: str) -> Asset:
+    """The Airflow ``Asset`` of a job's results table: what its pipeline DAG's quality gate
+    updates once per committed batch, and what downstream DAGs schedule on.
+
+    Example::
+
+        alerts = results_asset("jobs/user_alerts.py", warehouse="/lake/warehouse")
+        with DAG("notify", schedule=[alerts]): ...
+    """
+    return _results_asset(load_job(job_module).PIPELINE, warehouse)
+
+
+def _results_asset(p: Pipeline, warehouse: str) -> Asset:
+    path = f"{warehouse.rstrip('/')}/{p.name}/{p.sink or 'output'}"  # tables.Tables.output, without importing Spark
+    uri = path if urlparse(path).scheme else Path(path).resolve().as_uri()
+    return Asset(name=f"finalresults.{p.name}.{p.sink or 'output'}", uri=uri, group="finalresults")
+
+
+def published_batches(context: Mapping[str, Any], asset: Asset) -> list[dict]:
+    """The batches named by the asset events that triggered this run (extras from
+    ``quality_gate``), in commit order; empty when the run was not triggered by ``asset``."""
+    events = (context.get("triggering_asset_events") or {}).get(asset, [])
+    batches = {e.extra["batch_id"]: dict(e.extra) for e in events if {"batch_id", "seq"} <= set(e.extra or ())}
+    return sorted(batches.values(), key=lambda b: b["seq"])
+
+
+def quality_gate(job: str, warehouse: str, batch_start: str | None = None, **context: Any) -> None:
+    """Task callable: validate the job's committed results table; fail the task listing violations.
+
+    It reads the table with a Spark session of the Airflow worker ($SPARK_MASTER, else local[*]),
+    not through ``spark_default``: the check is a few scans of one results table. Given the
+    run's ``batch_start`` (its data interval start), it annotates the task's results-asset event
+    (SPEC 6) with what that batch committed: batch id, seq, rows published, stream time.
+    """
+    from ..storage.session import spark_session
+    from ..operations.runtime import Runtime
+    from ..operations.validation import validate_results
+
+    pipeline = load_job(job).PIPELINE
+    spark = spark_session(f"finalresults-{pipeline.name}-gate")
+    report = validate_results(spark, pipeline, warehouse)
+    if report is None:
+        log.info("pipeline %r: no result emitted yet: nothing to validate", pipeline.name)
+    else:
+        log.info("%s%s", report.summary(), f"\nData Docs: {report.docs}" if report.docs else "")
+        report.raise_for_failures()
+    for asset in context["task"].outlets if batch_start is not None else ():
+        batch = batch_id(parse_time(batch_start, "batch start"))
+        done = Runtime(spark, warehouse).committed_batch(pipeline, batch)
+        if done is None:
+            raise FrameworkError(f"pipeline {pipeline.name!r}: batch {batch!r} is not committed: "
+                                 "its spark task must succeed first")
+        context["outlet_events"][asset].extra = {
+            "pipeline": pipeline.name, "batch_id": done.batch_id, "seq": done.seq, "rows_published": done.emitted,
+            "stream_time": done.stream_time.isoformat() if done.stream_time else None}
+
+
+def _timetable(schedule: timedelta | str, timezone: str):
+    if isinstance(schedule, timedelta):
+        return DeltaDataIntervalTimetable(schedule)
+    if isinstance(schedule, str):
+        return CronDataIntervalTimetable(schedule, timezone=timezone)
+    raise TypeError(f"'schedule' must be a timedelta or a cron expression, got {schedule!r}")
+
+
+def _local_spark_tools() -> tuple[str | None, dict[str, str]]:
+    """spark-submit and the Python of this interpreter's environment (pyspark ships both)."""
+    binary = Path(sys.executable).with_name("spark-submit")
+    return (str(binary) if binary.exists() else None), {"PYSPARK_PYTHON": sys.executable}
+
+
+def _submit(task_id: str, job, application: str, arguments: list[str], *, conn_id: str,
+            spark_conf: dict[str, str] | None, spark_env: dict[str, str] | None, spark_binary: str | None,
+            packages: str | None) -> SparkSubmitOperator:
+    """The task running ``spark-submit <job file> <arguments>`` through connection ``conn_id``."""
+    local_binary, local_env = _local_spark_tools()
+    return SparkSubmitOperator(
+        task_id=task_id, conn_id=conn_id, application=application, name=f"finalresults-{job.PIPELINE.name}",
+        packages=packages, conf={"spark.log.level": "WARN", **(spark_conf or {})},
+        env_vars=spark_env if spark_env is not None else local_env,
+        spark_binary=spark_binary or local_binary, application_args=arguments)
+
+
+def _gate(application: str, warehouse: str, outlet: Asset | None = None) -> PythonOperator:
+    batch = {"batch_start": INTERVAL_START} if outlet is not None else {}
+    return PythonOperator(task_id="quality_gate", python_callable=quality_gate, outlets=[outlet] if outlet else [],
+                          op_kwargs={"job": application, "warehouse": warehouse, **batch})
+
+
+def pipeline_dag(job_module: str, schedule: timedelta | str | None = None, start_date: datetime | None = None, *,
+                 warehouse: str, landing: str, end_date: datetime | None = None, catalog: str | None = None,
+                 metastore: str | None = None, dag_id: str | None = None, catchup: bool = True,
+                 timezone: str = "UTC", conn_id: str = "spark_default", retries: int = 2,
+                 retry_delay: timedelta = timedelta(minutes=1), spark_conf: dict[str, str] | None = None,
+                 spark_env: dict[str, str] | None = None, spark_binary: str | None = None,
+                 packages: str | None = DELTA_PACKAGE) -> DAG:
+    """A DAG running ``job_module`` (a ``jobs/<name>.py`` path or dotted name) once per interval.
+
+    ``schedule`` is a timedelta (fixed intervals) or a cron expression (intervals between cron
+    ticks, in ``timezone``); it defaults to the job's ``SCHEDULE``. ``end_date``, if given, is the
+    start of the last interval the DAG runs (Airflow's meaning). ``warehouse`` and ``landing``
+    are the Delta folders passed to the job; ``catalog`` (and ``metastore``, an embedded one's
+    folder) keep the pipeline's tables in that catalog schema too (``framework.catalog``).
+    ``spark_binary`` and ``spark_env`` default to the spark-submit and Python of this
+    environment; override them for a cluster.
+
+    Example::
+
+        user_alerts = pipeline_dag("jobs/user_alerts.py", timedelta(hours=1), datetime(2026, 1, 1),
+                                   warehouse="/lake/warehouse", landing="/lake/landing")
+    """
+    job = load_job(job_module)
+    pipeline, application = job.PIPELINE, str(Path(job.__file__).resolve())
+    schedule = schedule if schedule is not None else getattr(job, "SCHEDULE", None)
+    if schedule is None:
+        raise TypeError(f"job {job_module!r} declares no SCHEDULE: pass 'schedule'")
+    if start_date is None:
+        raise TypeError("'start_date' is required: the first interval the pipeline must process")
+    registered = [arg for flag, value in (("--catalog", catalog), ("--metastore", metastore)) if value
+                  for arg in (flag, value)]
+    default_args = {"depends_on_past": True, "wait_for_downstream": True,
+                    "retries": retries, "retry_delay": retry_delay}
+    with DAG(dag_id=dag_id or pipeline.name, schedule=_timetable(schedule, timezone), start_date=start_date,
+             end_date=end_date,
+             catchup=catchup, max_active_runs=1, default_args=default_args, tags=["finalresults"],
+             description=(job.__doc__ or pipeline.name).strip().splitlines()[0],
+             doc_md=f"```\n{pipeline.describe()}\n```") as dag:
+        batch = _submit("spark_batch", job, application,
+                        ["--batch-start", INTERVAL_START,
+                         "--batch-end", "{{ data_interval_end.isoformat() }}",
+                         "--warehouse", warehouse, "--landing", landing, *registered],
+                        conn_id=conn_id, spark_conf=spark_conf, spark_env=spark_env, spark_binary=spark_binary,
+                        packages=packages)
+        batch >> _gate(application, warehouse, _results_asset(pipeline, warehouse))
+    return dag
+
+
+def replay_dag(job_module: str, every: timedelta | None = None, *, warehouse: str, landing: str,
+               dag_id: str | None = None, conn_id: str = "spark_default", spark_conf: dict[str, str] | None = None,
+               spark_env: dict[str, str] | None = None, spark_binary: str | None = None,
+               packages: str | None = DELTA_PACKAGE) -> DAG:
+    """A manually triggered DAG replaying a committed range of ``job_module`` (``framework.replay``):
+    ``spark_replay`` (spark-submit of the job with ``--replay``) then ``quality_gate``.
+
+    Trigger it with params ``start`` (the first replayed interval's start, ISO) and optionally
+    ``end`` (default: through the last committed batch, the only end a replay accepts). Intervals
+    are ``every`` long (default: the job's ``SCHEDULE``), as the pipeline's DAG ran them. Pause
+    the pipeline's DAG meanwhile: its next batch is refused while the replay runs.
+
+    Example::
+
+        airflow dags trigger user_alerts_replay --conf '{"start": "2026-01-01T01:00:00+00:00"}'
+    """
+    job = load_job(job_module)
+    pipeline, application = job.PIPELINE, str(Path(job.__file__).resolve())
+    every = every if every is not None else getattr(job, "SCHEDULE", None)
+    if not isinstance(every, timedelta):
+        raise TypeError(f"job {job_module!r}: a replay needs fixed-length intervals: pass 'every' (a timedelta)")
+    params = {"start": Param(type="string", minLength=1, description="first replayed interval start, ISO timestamp"),
+              "end": Param("", type="string", description="end of the range; empty: the last committed batch")}
+    with DAG(dag_id=dag_id or f"{pipeline.name}_replay", schedule=None, max_active_runs=1, params=params,
+             tags=["finalresults", "replay"], description=f"Replay a committed range of {pipeline.name}",
+             doc_md=replay_dag.__doc__) as dag:
+        replay = _submit("spark_replay", job, application,
+                         ["--replay", "--batch-start", "{{ params.start }}", "--batch-end", "{{ params.end }}",
+                          "--every", f"{int(every.total_seconds())}s", "--warehouse", warehouse, "--landing", landing],
+                         conn_id=conn_id, spark_conf=spark_conf, spark_env=spark_env, spark_binary=spark_binary,
+                         packages=packages)
+        replay >> _gate(application, warehouse)
+    return dag

@@ -1,0 +1,233 @@
+"""A pipeline as a batch job: one data interval of a landing table -> one ``run_batch``.
+
+A job module (``jobs/<name>.py``) declares ``PIPELINE``, the ``LANDING`` table it reads and its
+``SCHEDULE``; this module does the rest, the same way for ``spark-submit jobs/<name>.py``, for
+``python -m framework run`` and for the Airflow DAGs. A batch is the set of landing records whose
+``ingest_time`` falls in ``[batch_start, batch_end)``; its id is the ISO form of ``batch_start``,
+so ids increase with time and re-running an interval is the idempotent no-op of SPEC 4.
+With ``--replay`` the same entry point replays committed intervals from the landing table as it
+is now (``replay_intervals``, SPEC 6(b)): the replay DAG submits that.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.util
+import os
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Callable
+
+from ..definition.pipeline import Pipeline
+from ..errors import FrameworkError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from ..operations.replay import ReplayResult
+    from ..operations.runtime import BatchResult
+
+INGEST_TIME = "ingest_time"
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+class JobError(FrameworkError):
+    """A job cannot start: unknown module, missing landing table, bad interval."""
+
+
+def load_job(spec: str) -> ModuleType:
+    """The job module named by ``spec``: a dotted name (``jobs.user_alerts``) or a file path.
+
+    A dotted name that is not importable is also looked up as a file under the current folder,
+    so ``finalresults run jobs.user_alerts`` works from the repository root.
+    """
+    path = Path(spec)
+    if not spec.endswith(".py"):
+        try:
+            return _checked(importlib.import_module(spec), spec)
+        except ModuleNotFoundError as e:
+            if e.name is None or not spec.startswith(e.name):
+                raise
+            path = Path(*spec.split(".")).with_suffix(".py")
+            if not path.is_file():
+                raise JobError(f"job {spec!r} not found: not importable and no file {path}; "
+                               "pass the job file (jobs/<name>.py) or add its folder to PYTHONPATH") from None
+    if not path.is_file():
+        raise JobError(f"job file {spec!r} not found")
+    module_spec = importlib.util.spec_from_file_location(f"finalresults_job_{path.stem}", path.resolve())
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_spec.name] = module
+    module_spec.loader.exec_module(module)
+    return _checked(module, spec)
+
+
+def _checked(module: ModuleType, spec: str) -> ModuleType:
+    if not isinstance(getattr(module, "PIPELINE", None), Pipeline):
+        raise JobError(f"job {spec!r} has no PIPELINE (a framework.Pipeline)")
+    if not isinstance(getattr(module, "LANDING", None), str):
+        raise JobError(f"job {spec!r} has no LANDING (the name of the landing table it reads)")
+    return module
+
+
+def parse_time(text: str, what: str) -> dt.datetime:
+    """An ISO timestamp as naive UTC (Airflow renders aware ones; naive ones are taken as UTC)."""
+    try:
+        value = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise JobError(f"{what} {text!r} is not an ISO timestamp (e.g. 2026-01-01T00:00:00+00:00)") from None
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return value
+
+
+def batch_id(start: dt.datetime) -> str:
+    """The id of the batch of the interval starting at ``start``: its ISO form, which sorts by time."""
+    return start.isoformat(timespec="seconds")
+
+
+def read_landing(spark: SparkSession, landing: str, table: str,
+                 start: dt.datetime, end: dt.datetime) -> DataFrame:
+    """The landing records that arrived in ``[start, end)`` (``ingest_time``, naive UTC bounds)."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    path = os.path.join(landing, table)
+    if not DeltaTable.isDeltaTable(spark, path):
+        raise JobError(f"landing table {table!r} not found at {path}; "
+                       "fill it first, e.g. python jobs/sample_data.py --from ... --to ...")
+    utc = dt.timezone.utc
+    arrived = F.col(INGEST_TIME)
+    return (spark.read.format("delta").load(path)
+            .filter((arrived >= F.lit(start.replace(tzinfo=utc))) & (arrived < F.lit(end.replace(tzinfo=utc)))))
+
+
+def parse_duration(text: str) -> dt.timedelta:
+    """``1h``, ``30m``, ``1h30m``, ``1d`` as a timedelta."""
+    match = _DURATION.fullmatch(text.strip())
+    if not text.strip() or not match:
+        raise JobError(f"--every {text!r} is not a duration like 1h, 30m, 1h30m or 1d")
+    d, h, m, s = (int(x or 0) for x in match.groups())
+    every = dt.timedelta(days=d, hours=h, minutes=m, seconds=s)
+    if every <= dt.timedelta(0):
+        raise JobError("--every must be positive")
+    return every
+
+
+def intervals(start: dt.datetime, stop: dt.datetime, every: dt.timedelta) -> list[tuple[dt.datetime, dt.datetime]]:
+    """The consecutive ``every``-long intervals from ``start`` to ``stop``, which must line up
+    with them (batches are the DAG's data intervals)."""
+    if not start < stop or (stop - start) % every:
+        raise JobError(f"--to must be --from plus a whole number of {every} intervals "
+                       "(batches must line up with the DAG's data intervals)")
+    count = (stop - start) // every
+    return [(start + i * every, start + (i + 1) * every) for i in range(count)]
+
+
+def check_interval(pipeline: Pipeline, start: dt.datetime, end: dt.datetime) -> None:
+    """Refuse an empty or reversed interval (before any Spark work starts)."""
+    if not start < end:
+        raise JobError(f"pipeline {pipeline.name!r}: batch start {start} must be before batch end {end}")
+
+
+def run_interval(spark: SparkSession, pipeline: Pipeline, table: str, start: dt.datetime, end: dt.datetime,
+                 warehouse: str, landing: str, catalog: str | None = None) -> BatchResult:
+    """Run the batch of ``pipeline`` for the data interval ``[start, end)`` of landing ``table``
+    (its tables kept in catalog schema ``catalog`` too, if given)."""
+    from ..operations.runtime import Runtime
+
+    check_interval(pipeline, start, end)
+    records = read_landing(spark, landing, table, start, end)
+    return Runtime(spark, warehouse, catalog=catalog).run_batch(pipeline, batch_id(start), records, batch_end=end)
+
+
+def replay_intervals(spark: SparkSession, pipeline: Pipeline, table: str, start: dt.datetime,
+                     stop: dt.datetime | None, every: dt.timedelta, warehouse: str, landing: str,
+                     progress: Callable[[int, int], None] | None = None) -> ReplayResult:
+    """Replay the batches of the ``every``-long intervals from ``start`` to ``stop`` with the
+    landing records as they are now (after a fix). ``stop`` defaults to the end of the last
+    committed batch; a replay must reach it (see ``framework.replay``). ``progress(done, total)``
+    is called as each replayed batch has run (before the range commits)."""
+    from pyspark.sql import functions as F
+
+    from ..operations.replay import ReplayBatch
+    from ..operations.runtime import Runtime
+    from ..storage import tables
+
+    ran = 0
+
+    def batch_ran(point: str) -> None:  # "publish" is each batch's last write point
+        nonlocal ran
+        if point == "publish" and progress is not None:
+            ran += 1
+            progress(ran, len(todo))
+
+    rt = Runtime(spark, warehouse, before_write=batch_ran)
+    if stop is None:
+        last = (rt.ledger(pipeline).filter("status = 'committed'").agg(F.max("batch_id")).first()[0]
+                if tables.exists(spark, rt.tables(pipeline).ledger) else None)
+        if last is None:
+            raise JobError(f"pipeline {pipeline.name!r}: no committed batch under {warehouse}: nothing to replay")
+        stop = parse_time(last, "the last committed batch id") + every
+    todo = intervals(start, stop, every)
+    return rt.replay(pipeline, [ReplayBatch(batch_id(s), read_landing(spark, landing, table, s, e), e)
+                                for s, e in todo])
+
+
+def summary(result: BatchResult) -> str:
+    """One line a person (or an Airflow log) reads to know what a batch did."""
+    return (f"{result.pipeline} batch {result.batch_id}: {result.status} (seq {result.seq}), "
+            f"records in {result.metrics.get('records_in')}, emitted {result.emitted}, "
+            f"late {result.dropped_late}, stream time {result.stream_time}")
+
+
+def replay_summary(result: ReplayResult) -> str:
+    """One line on a replay: its range and the final rows it replaced."""
+    return (f"{result.pipeline} replay {result.first}..{result.last}: {len(result.batches)} batch(es) re-run, "
+            f"{result.removed} final row(s) replaced by {result.emitted}")
+
+
+def _arguments(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=(
+        "Run one batch of this pipeline: the landing records that arrived in [--batch-start, --batch-end). "
+        "With --replay, replay the committed batches of the --every-long intervals from --batch-start to "
+        "--batch-end (default: through the last committed batch)."))
+    parser.add_argument("--batch-start", required=True, help="interval start, ISO timestamp (data_interval_start)")
+    parser.add_argument("--batch-end", help="interval end, ISO timestamp, exclusive (required unless --replay)")
+    parser.add_argument("--replay", action="store_true", help="replay a committed range (framework.replay)")
+    parser.add_argument("--every", help="with --replay: the interval length, e.g. 1h")
+    parser.add_argument("--warehouse", required=True, help="folder of the pipelines' Delta tables")
+    parser.add_argument("--landing", required=True, help="folder of the landing Delta tables")
+    parser.add_argument("--catalog", help="also keep the pipeline's tables in this catalog schema")
+    parser.add_argument("--metastore", help="folder of an embedded metastore for --catalog (one machine only)")
+    return parser
+
+
+def main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> int:
+    """Entry point of ``spark-submit jobs/<name>.py``: run one batch; 0 on success, 1 on error."""
+    args = _arguments(f"spark-submit {Path(sys.argv[0]).name}").parse_args(sys.argv[1:] if argv is None else argv)
+    from ..storage.session import spark_session
+
+    spark = None
+    try:
+        start = parse_time(args.batch_start, "--batch-start")
+        end = parse_time(args.batch_end, "--batch-end") if args.batch_end else None
+        if args.replay:
+            every = parse_duration(args.every or "")
+            spark = spark_session(f"finalresults-{pipeline.name}-replay", metastore=args.metastore)
+            print(replay_summary(replay_intervals(spark, pipeline, table, start, end, every, args.warehouse,
+                                                  args.landing)))
+            return 0
+        if end is None:
+            raise JobError("--batch-end is required (unless --replay)")
+        check_interval(pipeline, start, end)
+        spark = spark_session(f"finalresults-{pipeline.name}", metastore=args.metastore)
+        print(summary(run_interval(spark, pipeline, table, start, end, args.warehouse, args.landing, args.catalog)))
+        return 0
+    except FrameworkError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if spark is not None:
+            spark.stop()

@@ -1,0 +1,69 @@
+"""Small files and staged rows beside the tables, on whatever file system holds them."""
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+
+from .tables import exists, read
+
+
+def fs_path(spark: SparkSession, path: str):
+    """The Hadoop FileSystem and Path of ``path``, as Delta resolves it."""
+    jvm = spark._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    return hadoop_path.getFileSystem(spark._jsc.hadoopConfiguration()), hadoop_path
+
+
+def put_text(spark: SparkSession, path: str, text: str) -> None:
+    """Write a small file (local disk, HDFS or an object store)."""
+    fs, hadoop_path = fs_path(spark, path)
+    out = fs.create(hadoop_path, True)
+    try:
+        out.write(bytearray(text.encode("utf-8")))
+    finally:
+        out.close()
+
+
+def get_text(spark: SparkSession, path: str) -> str | None:
+    """A small file's text, or None if it does not exist."""
+    fs, hadoop_path = fs_path(spark, path)
+    if not fs.exists(hadoop_path):
+        return None
+    stream = spark._jvm.java.io.InputStreamReader(fs.open(hadoop_path), "UTF-8")
+    reader = spark._jvm.java.io.BufferedReader(stream)
+    try:
+        return "\n".join(iter(reader.readLine, None))
+    finally:
+        reader.close()
+
+
+def stage(df: DataFrame, path: str) -> None:
+    """Keep ``df``'s rows at ``path`` for a later publication, as plain Parquet files: only
+    their publisher reads them, after a commit point that lands only once they are complete
+    (``_SUCCESS``), so a Delta log would add a commit and a snapshot and protect nothing."""
+    df.write.mode("overwrite").parquet(path)
+
+
+def is_staged(spark: SparkSession, path: str) -> bool:
+    """Whether ``path`` holds staged rows: complete Parquet files or a Delta table (a replay's)."""
+    fs, hadoop_path = fs_path(spark, f"{path}/_SUCCESS")
+    return fs.exists(hadoop_path) or exists(spark, path)
+
+
+def read_staged(spark: SparkSession, path: str) -> DataFrame:
+    """The rows ``stage`` (or a replay's publication into its own folder) left at ``path``."""
+    return read(spark, path) if exists(spark, path) else spark.read.parquet(path)
+
+
+def list_names(spark: SparkSession, path: str) -> list[str]:
+    """Names of the entries of folder ``path`` (empty if it does not exist)."""
+    fs, hadoop_path = fs_path(spark, path)
+    if not fs.exists(hadoop_path):
+        return []
+    return [status.getPath().getName() for status in fs.listStatus(hadoop_path)]
+
+
+def remove(spark: SparkSession, path: str) -> None:
+    """Delete a folder and what it holds, on whatever file system holds it."""
+    fs, hadoop_path = fs_path(spark, path)
+    fs.delete(hadoop_path, True)
+

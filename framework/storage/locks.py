@@ -1,0 +1,97 @@
+"""Commit locks: Delta's optimistic commits need a store whose "create the next log file if
+absent" is atomic. Object stores and HDFS have one (with the right LogStore); a local disk does
+not across processes (a rename overwrites, and Delta's local LogStore locks within one JVM only),
+so on a local warehouse every commit holds an OS file lock beside its table (``committing``) for
+the length of that commit only.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from urllib.parse import urlparse
+
+from pyspark.sql import SparkSession
+
+LOCK_WAIT_S = 600.0   # how long a commit waits for another process's commit to the same table
+
+
+class _FileLock:
+    """An exclusive lock on one file, across processes (``flock``) and threads, re-entrant
+    within a thread."""
+
+    def __init__(self, path: str):
+        self.path, self.guard, self.depth, self.fd = path, threading.RLock(), 0, -1
+
+    def __enter__(self) -> None:
+        self.guard.acquire()
+        try:
+            if self.depth == 0:
+                self.fd = self._flock()
+        except BaseException:
+            self.guard.release()
+            raise
+        self.depth += 1
+
+    def _flock(self) -> int:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        fd, deadline = os.open(self.path, os.O_CREAT | os.O_RDWR), time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    raise TimeoutError(f"another process has held the commit lock {self.path} for over "
+                                       f"{LOCK_WAIT_S:.0f} s") from None
+                time.sleep(0.02)
+
+    def __exit__(self, *exc) -> None:
+        self.depth -= 1
+        if self.depth == 0:
+            os.close(self.fd)   # closing the only descriptor releases the flock
+        self.guard.release()
+
+
+_locks: dict[str, _FileLock] = {}
+
+
+conf_guard = threading.RLock()  # held while session confs tag commits (``session_conf``)
+
+
+_locks_guard = threading.Lock()
+
+
+def is_local(path: str) -> bool:
+    """Whether ``path`` is on a local disk (a plain path or a ``file:`` URL)."""
+    return urlparse(path).scheme in ("", "file")
+
+
+def committing(path: str) -> AbstractContextManager:
+    """A lock to hold while committing to the Delta table at ``path``: ``<table>.lock`` beside
+    it on a local disk; nothing elsewhere, where the store's put-if-absent is atomic."""
+    if not is_local(path):
+        return nullcontext()
+    parsed = urlparse(path)
+    lock_file = os.path.abspath(parsed.path if parsed.scheme else path).rstrip("/") + ".lock"
+    with _locks_guard:
+        return _locks.setdefault(lock_file, _FileLock(lock_file))
+
+
+@contextmanager
+def session_conf(spark: SparkSession, confs: dict[str, str]):
+    """Set session confs for the writes inside the block only. A conf is seen by every
+    thread of the session, so such blocks run one at a time (writes of one batch run
+    concurrently; ``save`` passes its tag as a write option and needs no conf)."""
+    with conf_guard:
+        for key, value in confs.items():
+            spark.conf.set(key, value)
+        try:
+            yield
+        finally:
+            for key in confs:
+                spark.conf.unset(key)
+

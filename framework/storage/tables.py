@@ -1,0 +1,159 @@
+"""Where a pipeline's tables live, and reading and creating them.
+
+Per pipeline, under ``<warehouse>/<pipeline>/`` (see ``docs/architecture.md``):
+
+- ``_ledger``      one *committed* row per batch: the commit point (``framework.storage.ledger``)
+- ``window_state`` open windows / sessions with their partial aggregates, partitioned by
+                   ``_bucket`` (close-time bucket): closing reads only the buckets due
+- ``records``      sliding windows only: recent records, partitioned by ``_tbucket``
+- ``buffer_<name>`` ``until_time_limit`` only: the suppression buffer (one row per buffered key
+                   and window), named by ``Suppressed.with_name`` (default ``suppress``)
+- ``<sink>``       the results table (final results, or a continuously updated table)
+- ``late_records`` records that landed in no window, with the stream time that made them late
+- ``metrics``      one row per batch (KIP-328 metric names, with ``_`` for ``-``)
+- ``_staging/``    what a batch attempt will publish once it has committed (removed after)
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+
+from delta.tables import DeltaTable
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from .locks import committing, conf_guard
+
+CREATE_WAIT_S = 30.0  # how long a runner waits for another runner's creation of a table to land
+
+
+@dataclass(frozen=True)
+class Tables:
+    """Paths of one pipeline's Delta tables."""
+
+    root: str
+    sink: str
+
+    @property
+    def ledger(self) -> str:
+        return os.path.join(self.root, "_ledger")
+
+    @property
+    def state(self) -> str:
+        return os.path.join(self.root, "window_state")
+
+    @property
+    def records(self) -> str:
+        return os.path.join(self.root, "records")
+
+    def buffer(self, name: str | None) -> str:
+        """The rate-limiting buffer of suppression ``name`` (unnamed: ``suppress``)."""
+        return os.path.join(self.root, f"buffer_{name or 'suppress'}")
+
+    @property
+    def output(self) -> str:
+        return os.path.join(self.root, self.sink)
+
+    @property
+    def late(self) -> str:
+        return os.path.join(self.root, "late_records")
+
+    @property
+    def metrics(self) -> str:
+        return os.path.join(self.root, "metrics")
+
+    @property
+    def staging(self) -> str:
+        return os.path.join(self.root, "_staging")
+
+
+def exists(spark: SparkSession, path: str) -> bool:
+    return DeltaTable.isDeltaTable(spark, path)
+
+
+def read(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
+    """A Delta table, as of ``version`` when given (time travel)."""
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return reader.load(path)
+
+
+def head(spark: SparkSession, path: str) -> tuple[str, int] | None:
+    """The table's id (new when a table is created again at the same path) and current version,
+    or None if it does not exist yet (reads the log's listing, no Spark job: ``DeltaLog.update``
+    with its default arguments, called from Python)."""
+    snapshot = delta_snapshot(spark, path)
+    return None if snapshot is None else (snapshot.metadata().id(), snapshot.version())
+
+
+def delta_snapshot(spark: SparkSession, path: str):
+    """The table's current Delta snapshot (JVM object), or None if it does not exist yet."""
+    if not exists(spark, path):
+        return None
+    log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    return log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")())
+
+
+def prepare(spark: SparkSession, path: str) -> None:
+    """Compute the table's current snapshot with its transaction ids, which the next commit to
+    it needs first: done ahead, beside other work, that commit starts from a cached snapshot.
+    Best effort: if this fails, the commit computes them itself and reports what fails."""
+    try:
+        snapshot = delta_snapshot(spark, path)
+        if snapshot is not None:
+            snapshot.transactions()
+    except Py4JJavaError:
+        pass
+
+
+def latest_version(spark: SparkSession, path: str) -> int | None:
+    """The table's current version, or None if it does not exist yet."""
+    current = head(spark, path)
+    return None if current is None else current[1]
+
+
+def _nullable(schema: StructType) -> StructType:
+    """The same schema with every field nullable (Delta refuses nested NOT NULL constraints)."""
+    text = schema.json()
+    for flag in ("nullable", "containsNull", "valueContainsNull"):
+        text = text.replace(f'"{flag}":false', f'"{flag}":true')
+    return StructType.fromJson(json.loads(text))
+
+
+def create(spark: SparkSession, path: str, schema: StructType | str, partition_by: str | None = None) -> None:
+    """Create the table if it is missing (no-op otherwise).
+
+    Two processes starting a pipeline's first batch at once both create its ledger; Delta fails
+    the slower creation (location not empty, protocol changed, ... depending on the moment), so a
+    failed creation waits for the other's table to appear, and fails if none does."""
+    if exists(spark, path):
+        return
+    if isinstance(schema, str):
+        schema = spark.createDataFrame([], schema).schema
+    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(_nullable(schema))
+    if partition_by:
+        builder = builder.partitionedBy(partition_by)
+    try:
+        with committing(path), conf_guard:  # no other thread's commit tag may be set meanwhile
+            builder.execute()
+    except Exception as failure:
+        deadline = time.monotonic() + CREATE_WAIT_S
+        while not _loads(spark, path):
+            if time.monotonic() > deadline:
+                raise failure
+            time.sleep(0.2)
+
+
+def _loads(spark: SparkSession, path: str) -> bool:
+    """Whether ``path`` reads as a Delta table. Unlike ``exists``, a read refreshes Delta's cached
+    log, which after a lost race to create the table still says there is none."""
+    try:
+        read(spark, path).schema
+        return True
+    except Exception:
+        return False
+

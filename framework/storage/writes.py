@@ -1,0 +1,151 @@
+"""How a batch writes a table safely, whatever else runs.
+
+- State tables (window state, records, buffers) are *advanced in place* from the version the
+  ledger recorded (``advance``): a batch reads them as of that version (time travel), so commits
+  made since by an attempt that never committed are garbage, undone (``RESTORE``) before the
+  next write, and never read. The version a write made is recorded only if nothing but
+  maintenance (``OPTIMIZE``, table properties, ``VACUUM``) landed between it and its base.
+- Every commit a batch makes is tagged (``userMetadata`` starting ``finalresults:``) with the
+  pipeline, table, sequence number and attempt, and holds the table's commit lock
+  (``framework.storage.locks``).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+
+from .locks import committing, session_conf
+from .tables import latest_version, read
+
+TAG = "finalresults:"        # userMetadata prefix of every commit a batch or replay makes
+
+
+LEDGER_APP = "finalresults"  # Delta txnAppId of ledger commits (the commit point) and publications
+
+
+MAINTENANCE = frozenset({"OPTIMIZE", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "VACUUM START", "VACUUM END",
+                         "UPGRADE PROTOCOL", "CREATE TABLE", "ADD CONSTRAINT", "DROP CONSTRAINT",
+                         "SET TABLE PROPERTIES", "COMPUTE STATS", "ANALYZE"})
+
+
+RETRIES = 3  # attempts of one write that lost a race to another writer
+
+
+def history_since(spark: SparkSession, path: str, version: int | None) -> list:
+    """The table's commits after ``version`` (None: all), oldest first: version, operation,
+    userMetadata. Reads the latest commits with room to spare, and again with more if commits
+    landing meanwhile pushed a wanted one out."""
+    head = latest_version(spark, path)
+    if head is None or (version is not None and head <= version):
+        return []
+    table, wanted = DeltaTable.forPath(spark, path), head - (version if version is not None else -1)
+    while True:
+        rows = (table.history() if version is None else table.history(wanted + 8)) \
+            .select("version", "operation", "userMetadata").collect()
+        since = sorted((r for r in rows if version is None or r.version > version), key=lambda r: r.version)
+        if version is None or (since and since[0].version == version + 1) or len(rows) < wanted + 8:
+            return since  # complete, or all the log still holds
+        wanted *= 2
+
+
+def same_rows(spark: SparkSession, path: str, version: int) -> int:
+    """The latest version of the table if it holds the same rows as ``version`` (only
+    maintenance landed since), else ``version``."""
+    head = latest_version(spark, path)
+    if head is None or head == version or any(changes_rows(c) for c in history_since(spark, path, version)):
+        return version
+    return head
+
+
+def changes_rows(commit) -> bool:
+    """Whether a commit (a ``history_since`` row) may have changed rows: any batch's commit, or
+    an operation that is not maintenance."""
+    return (commit.userMetadata or "").startswith(TAG) or commit.operation not in MAINTENANCE
+
+
+def tagged(spark: SparkSession, path: str, tag: str, write: Callable[[], None], txn_version: int | None = None) -> None:
+    """Run ``write`` (a commit to the table at ``path``, DML included) with its commit's
+    userMetadata set to ``tag``, holding the table's commit lock. With ``txn_version``, Delta
+    skips the write if a commit with transaction id (``LEDGER_APP``, that version or later) landed."""
+    confs = {"spark.databricks.delta.commitInfo.userMetadata": tag}
+    if txn_version is not None:
+        confs.update({"spark.databricks.delta.write.txnAppId": LEDGER_APP,
+                      "spark.databricks.delta.write.txnVersion": str(txn_version)})
+    with committing(path), session_conf(spark, confs):
+        write()
+
+
+def save(df: DataFrame, path: str, tag: str, mode: str = "append", **options: str) -> None:
+    """Write ``df`` to ``path`` in one commit tagged ``tag`` (a write option, so writes of one
+    batch to different tables can run at the same time)."""
+    with committing(path):
+        df.write.format("delta").mode(mode).options(**options, userMetadata=tag).save(path)
+
+
+def rewrite(df: DataFrame, path: str, replaced: str | None, tag: str) -> None:
+    """In one commit: remove the rows matching ``replaced`` (None: every row) and add ``df``
+    (whose rows may lie outside ``replaced``: new partials go to later buckets)."""
+    options = {"replaceWhere": replaced} if replaced is not None else {}
+    with committing(path), session_conf(df.sparkSession,  # the table lock first, as in ``tagged``
+                                         {"spark.databricks.delta.replaceWhere.constraintCheck.enabled": "false"}):
+        save(df, path, tag, "overwrite", **options)
+
+
+class Interleaved(Exception):
+    """Another attempt's commit landed between a write and the version it was based on."""
+
+
+def lost_race(error: BaseException) -> bool:
+    """Whether ``error`` is a write that lost to another writer (Delta's Concurrent*, a
+    metadata change, or ``Interleaved``): the write may be tried again."""
+    text = type(error).__name__ + str(error)[:500]
+    return isinstance(error, Interleaved) or "Concurrent" in text or "MetadataChanged" in text \
+        or "ProtocolChanged" in text
+
+
+def version_of(history: list, tag: str) -> int | None:
+    return max((c.version for c in history if c.userMetadata == tag), default=None)
+
+
+def reset(spark: SparkSession, path: str, base: int | None, tag: str) -> int | None:
+    """Bring the table back to the rows of version ``base`` (None: no rows) in one commit tagged
+    ``tag``, keeping its current metadata (properties an operator set since stay); the version
+    that now holds those rows."""
+    since = latest_version(spark, path)
+    if base is None:
+        tagged(spark, path, tag, lambda: DeltaTable.forPath(spark, path).delete())
+    else:
+        save(read(spark, path, base), path, tag, "overwrite")
+    made = version_of(history_since(spark, path, since), tag)
+    return since if made is None else made  # no commit: nothing needed undoing
+
+
+def advance(spark: SparkSession, path: str, base: int | None, tag: str, write: Callable[[], None]) -> int | None:
+    """Apply ``write`` (at most one commit to ``path``, tagged ``tag``) on top of the content of
+    version ``base``, and return a version whose content is exactly that: base plus this write.
+
+    Commits that changed rows since ``base`` (attempts that never committed) are undone first;
+    maintenance is kept. If another attempt's commit lands between the undo and this write, the
+    write is tried again from the start (``RETRIES`` times, then ``Interleaved`` is raised), so
+    the returned version never holds another attempt's rows."""
+    for attempt in range(1, RETRIES + 1):
+        try:
+            return _advance(spark, path, base, tag, write)
+        except Exception as e:
+            if attempt == RETRIES or not lost_race(e):
+                raise
+
+
+def _advance(spark: SparkSession, path: str, base: int | None, tag: str, write: Callable[[], None]) -> int | None:
+    start = base
+    if any(changes_rows(c) for c in history_since(spark, path, base)):
+        start = reset(spark, path, base, f"{tag}#reset")
+    write()
+    history = history_since(spark, path, start)
+    mine = version_of(history, tag)
+    if any(changes_rows(c) for c in history if c.userMetadata != tag and (mine is None or c.version < mine)):
+        raise Interleaved(f"another attempt committed to {path} while this one wrote it")
+    return start if mine is None else mine
+
