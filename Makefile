@@ -1,11 +1,13 @@
 # Two entry points for a newcomer: `make demo` and `make test` (both install first).
+# `make test` = `make lint` (ruff, mypy: seconds), `make unit` (tests/unit, pure Python: seconds),
+# then the Spark suite (everything else in tests/).
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # Two workers, a test file each at a time: the Airflow, cluster and kill tests mostly wait on
 # their subprocesses, so the other worker's Spark tests fill the second core.
 PYTEST_ARGS ?= -q --durations=25 -n 2 --dist loadfile
 
-.PHONY: install test demo bench bench-quick clean
+.PHONY: install lint unit test demo bench bench-quick clean
 
 install: $(VENV)/.installed
 
@@ -17,8 +19,17 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -c "from framework import spark_session; spark_session('install').stop()"
 	touch $@
 
-test: install
-	$(PY) -m pytest $(PYTEST_ARGS)
+lint: install
+	$(PY) -m ruff check
+	$(PY) -m ruff format --check
+	$(PY) -m mypy framework
+
+# No Spark, no JVM: tests/unit/conftest.py refuses the spark fixture.
+unit: install
+	$(PY) -m pytest -q tests/unit
+
+test: install lint unit
+	$(PY) -m pytest --ignore=tests/unit $(PYTEST_ARGS)
 
 demo: install
 	$(PY) scripts/demo.py
@@ -31,4 +42,4 @@ bench-quick: install
 	$(PY) bench/vs_streaming.py --workload tumbling --size quick
 
 clean:
-	rm -rf var .pytest_cache .hypothesis
+	rm -rf var .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -14,6 +14,7 @@ Reported per runner: the median wall time of a submit, and the job's own time af
 session started (the rest is JVM start, package resolution and imports). A's and B's final rows
 are compared at the end. Writes ``<results>/cold.json`` and ``cold.md``; asserts no timing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,14 +31,14 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(HERE), str(ROOT)]   # vs_streaming and framework, also inside spark-submit
+sys.path[:0] = [str(HERE), str(ROOT)]  # vs_streaming and framework, also inside spark-submit
 
 import vs_streaming as vs  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 from framework import spark_session  # noqa: E402
 
-MARK = "cold-bench-seconds-after-start="   # printed by a worker: its time after the session started
+MARK = "cold-bench-seconds-after-start="  # printed by a worker: its time after the session started
 
 
 def worker(runner: str, work: Path, batch: int) -> None:
@@ -53,9 +54,20 @@ def worker(runner: str, work: Path, batch: int) -> None:
 def _submit(runner: str, work: Path, batch: int) -> tuple[float, float]:
     """Wall seconds of one spark-submit, and the worker's seconds after its session started."""
     spark_submit = Path(sys.executable).with_name("spark-submit")
-    cmd = [str(spark_submit), "--master", "local[*]", "--packages",
-           f"io.delta:delta-spark_2.13:{version('delta-spark')}", "--conf", "spark.ui.enabled=false",
-           str(Path(__file__).resolve()), "worker", runner, str(work), str(batch)]
+    cmd = [
+        str(spark_submit),
+        "--master",
+        "local[*]",
+        "--packages",
+        f"io.delta:delta-spark_2.13:{version('delta-spark')}",
+        "--conf",
+        "spark.ui.enabled=false",
+        str(Path(__file__).resolve()),
+        "worker",
+        runner,
+        str(work),
+        str(batch),
+    ]
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOG_LEVEL="ERROR")
     start = time.monotonic()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -63,7 +75,7 @@ def _submit(runner: str, work: Path, batch: int) -> tuple[float, float]:
     if done.returncode != 0:
         raise RuntimeError(f"runner {runner}, batch {batch}: spark-submit failed:\n{done.stderr[-3000:]}")
     line = next(x for x in done.stdout.splitlines() if x.startswith(MARK))
-    return wall, float(line[len(MARK):].split()[0])
+    return wall, float(line[len(MARK) :].split()[0])
 
 
 def _final_rows(spark: SparkSession, work: Path) -> dict:
@@ -87,15 +99,25 @@ def run(spark: SparkSession, batches: int, events_per_batch: int, keys: int, res
                 wall, after = _submit(name.lower(), work, i)
                 runs[name]["wall"].append(round(wall, 2))
                 runs[name]["after_start"].append(round(after, 2))
-            print(f"batch {i}: A {runs['A']['wall'][-1]:.1f}s (after start {runs['A']['after_start'][-1]:.1f}s)  "
-                  f"B {runs['B']['wall'][-1]:.1f}s (after start {runs['B']['after_start'][-1]:.1f}s)", flush=True)
+            print(
+                f"batch {i}: A {runs['A']['wall'][-1]:.1f}s (after start {runs['A']['after_start'][-1]:.1f}s)  "
+                f"B {runs['B']['wall'][-1]:.1f}s (after start {runs['B']['after_start'][-1]:.1f}s)",
+                flush=True,
+            )
         check = _final_rows(spark, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     med = {n: {k: round(statistics.median(v), 2) for k, v in r.items()} for n, r in runs.items()}
-    rep = {"batches": batches, "events_per_batch": events_per_batch, "keys": keys, "runs": runs,
-           "median": med, "ratio_a_over_b": round(med["A"]["wall"] / med["B"]["wall"], 2),
-           "cross_check": check, "machine": {"cores": os.cpu_count(), "loadavg": os.getloadavg()[0]}}
+    rep = {
+        "batches": batches,
+        "events_per_batch": events_per_batch,
+        "keys": keys,
+        "runs": runs,
+        "median": med,
+        "ratio_a_over_b": round(med["A"]["wall"] / med["B"]["wall"], 2),
+        "cross_check": check,
+        "machine": {"cores": os.cpu_count(), "loadavg": os.getloadavg()[0]},
+    }
     results.mkdir(parents=True, exist_ok=True)
     (results / "cold.json").write_text(json.dumps(rep, indent=1) + "\n")
     (results / "cold.md").write_text(markdown(rep))
@@ -104,12 +126,14 @@ def run(spark: SparkSession, batches: int, events_per_batch: int, keys: int, res
 
 def markdown(rep: dict) -> str:
     med, check = rep["median"], rep["cross_check"]
-    return (f"**cold batches** (one spark-submit each): {rep['batches']} batches of {rep['events_per_batch']:,} "
-            f"events. A/B = {rep['ratio_a_over_b']} (median wall). A = B: {check['a_equals_b']} "
-            f"({check['rows_a']:,} rows).\n\n| runner | median wall s | median s after session start |\n"
-            "|---|---|---|\n"
-            f"| A: this framework | {med['A']['wall']:.1f} | {med['A']['after_start']:.1f} |\n"
-            f"| B: Structured Streaming | {med['B']['wall']:.1f} | {med['B']['after_start']:.1f} |\n")
+    return (
+        f"**cold batches** (one spark-submit each): {rep['batches']} batches of {rep['events_per_batch']:,} "
+        f"events. A/B = {rep['ratio_a_over_b']} (median wall). A = B: {check['a_equals_b']} "
+        f"({check['rows_a']:,} rows).\n\n| runner | median wall s | median s after session start |\n"
+        "|---|---|---|\n"
+        f"| A: this framework | {med['A']['wall']:.1f} | {med['A']['after_start']:.1f} |\n"
+        f"| B: Structured Streaming | {med['B']['wall']:.1f} | {med['B']['after_start']:.1f} |\n"
+    )
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ Per-batch seconds and records/s for each buffer over the same batches, and the r
 eager / per-key; a plain un-suppressed table over the same input is the floor. No timing is
 asserted anywhere.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,11 @@ BUFFERS = {
 
 
 def pipeline(label: str) -> Pipeline:
-    p = Pipeline(f"rate_{label}", timestamp="ts", arrival="seq").group_by("user_id").aggregate(
-        agg.latest("amount", "amount"), agg.count("events"))
+    p = (
+        Pipeline(f"rate_{label}", timestamp="ts", arrival="seq")
+        .group_by("user_id")
+        .aggregate(agg.latest("amount", "amount"), agg.count("events"))
+    )
     if BUFFERS[label] is not None:
         p = p.suppress(Suppressed.until_time_limit(td(minutes=5), BUFFERS[label]))
     return p.to("updates")
@@ -50,14 +54,24 @@ def main() -> None:
             start = time.monotonic()
             r = rt.run_batch(pipeline(label), f"b{i:04d}", df)
             seconds[label].append(time.monotonic() - start)
-            print(f"batch {i} {label}: {seconds[label][-1]:.1f}s emitted={r.emitted} "
-                  f"buffered={r.metrics.get('suppression_buffer_count_current')}", flush=True)
+            print(
+                f"batch {i} {label}: {seconds[label][-1]:.1f}s emitted={r.emitted} "
+                f"buffered={r.metrics.get('suppression_buffer_count_current')}",
+                flush=True,
+            )
     median = {label: sorted(s)[len(s) // 2] for label, s in seconds.items()}
-    print(json.dumps({"records_per_batch": args.records, "keys": args.keys,
-                      "median_s": {k: round(v, 2) for k, v in median.items()},
-                      "records_per_s": {k: round(args.records / v) for k, v in median.items()},
-                      "eager_over_per_key": round(median["eager"] / median["per_key"], 2),
-                      "per_key_over_none": round(median["per_key"] / median["none"], 2)}))
+    print(
+        json.dumps(
+            {
+                "records_per_batch": args.records,
+                "keys": args.keys,
+                "median_s": {k: round(v, 2) for k, v in median.items()},
+                "records_per_s": {k: round(args.records / v) for k, v in median.items()},
+                "eager_over_per_key": round(median["eager"] / median["per_key"], 2),
+                "per_key_over_none": round(median["per_key"] / median["none"], 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ Delta log's commit files and the batch's seconds, as JSON lines (``--out``), and
 progress line every 10 batches. Nothing is asserted; ``tests/test_retention.py`` checks the
 invariant (state rows = open windows) on a few batches.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,24 +35,37 @@ def main() -> None:
     args = ap.parse_args()
     spark = spark_session("bench-retention")
     rt = Runtime(spark, tempfile.mkdtemp(prefix="retention-"), quality=False)
-    p = (Pipeline("retention", timestamp="ts", arrival="seq").group_by("k")
-         .windowed_by(TimeWindows.of_size_and_grace(SIZE_MS, GRACE_MS)).aggregate(agg.count("n"))
-         .suppress(Suppressed.until_window_closes(BufferConfig.unbounded())).to("out"))
+    p = (
+        Pipeline("retention", timestamp="ts", arrival="seq")
+        .group_by("k")
+        .windowed_by(TimeWindows.of_size_and_grace(SIZE_MS, GRACE_MS))
+        .aggregate(agg.count("n"))
+        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+        .to("out")
+    )
     state = rt.tables(p).state
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w") as out:
         for i in range(args.batches):
             rows = spark.range(args.keys).select(
-                (F.col("id") + i * args.keys).alias("seq"), F.col("id").cast("string").alias("k"),
-                F.timestamp_millis(F.lit(i * SIZE_MS + 1)).alias("ts"))
+                (F.col("id") + i * args.keys).alias("seq"),
+                F.col("id").cast("string").alias("k"),
+                F.timestamp_millis(F.lit(i * SIZE_MS + 1)).alias("ts"),
+            )
             start = time.monotonic()
             result = rt.run_batch(p, f"b{i:06d}", rows)
             seconds = time.monotonic() - start
             detail = DeltaTable.forPath(spark, state).detail().first()
-            line = {"batch": i, "seconds": round(seconds, 3), "open": result.metrics["windows_open"],
-                    "emitted": result.emitted, "state_rows": spark.read.format("delta").load(state).count(),
-                    "state_files": detail.numFiles, "state_bytes": detail.sizeInBytes,
-                    "state_commits": len(list(Path(state, "_delta_log").glob("*.json")))}
+            line = {
+                "batch": i,
+                "seconds": round(seconds, 3),
+                "open": result.metrics["windows_open"],
+                "emitted": result.emitted,
+                "state_rows": spark.read.format("delta").load(state).count(),
+                "state_files": detail.numFiles,
+                "state_bytes": detail.sizeInBytes,
+                "state_commits": len(list(Path(state, "_delta_log").glob("*.json"))),
+            }
             out.write(json.dumps(line) + "\n")
             out.flush()
             if i % 10 == 0 or i == args.batches - 1:

@@ -5,6 +5,7 @@ FINALRESULTS_WAREHOUSE (pipeline tables), FINALRESULTS_LANDING (input tables), F
 (job modules), FINALRESULTS_START (first data interval, ISO, UTC if naive) and, optionally,
 FINALRESULTS_END (the start of the last interval to run).
 """
+
 import os
 from datetime import datetime, timezone
 from pathlib import Path

@@ -7,6 +7,7 @@ rows and adds them to the outbox Delta table (FINALRESULTS_OUTBOX, default ``var
 Whatever sends the messages (mail, pager) reads the outbox. Paths as in
 ``finalresults_pipelines.py``.
 """
+
 import logging
 import os
 from datetime import datetime, timezone
@@ -40,14 +41,25 @@ def notify(**context) -> None:
     spark = spark_session("user-alert-notifications")
     rows = batch_rows(Runtime(spark, WAREHOUSE), load_job(JOB).PIPELINE, [b["batch_id"] for b in batches])
     messages = rows.select(
-        "user_id", "window_start", "window_end", "emitted_batch_id",
-        F.format_string("user %s had only %d event(s) between %s and %s", "user_id", "events",
-                        "window_start", "window_end").alias("message"))
+        "user_id",
+        "window_start",
+        "window_end",
+        "emitted_batch_id",
+        F.format_string(
+            "user %s had only %d event(s) between %s and %s", "user_id", "events", "window_start", "window_end"
+        ).alias("message"),
+    )
     added = deliver_once(messages, f"{OUTBOX}/user_alert_notifications", ["user_id", "window_start", "window_end"])
     log.info("%d notification(s) added to the outbox for %d batch(es)", added, len(batches))
 
 
-with DAG(dag_id="user_alert_notifications", schedule=[ALERTS], start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
-         max_active_runs=1, tags=["finalresults", "downstream"], description=__doc__.splitlines()[0],
-         default_args={"retries": 2}):
+with DAG(
+    dag_id="user_alert_notifications",
+    schedule=[ALERTS],
+    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    max_active_runs=1,
+    tags=["finalresults", "downstream"],
+    description=__doc__.splitlines()[0],
+    default_args={"retries": 2},
+):
     PythonOperator(task_id="notify", python_callable=notify)

@@ -1,11 +1,12 @@
 """Final results only: Kafka Streams' windowed aggregation and suppression as idempotent
 Spark + Delta micro-batches.
 
-The public API (SPEC section 9)::
+The public API (docs/design.md#public-api)::
 
     from framework import (Pipeline, TimeWindows, SlidingWindows, SessionWindows,
                            Suppressed, BufferConfig, agg, Runtime, spark_session)
 """
+
 from .definition import aggregations as agg
 from .definition.pipeline import Pipeline
 from .definition.suppress import BufferConfig, Suppressed
@@ -28,17 +29,38 @@ def __getattr__(name: str):
     # Spark-dependent names load lazily so that DAG files can import the topology cheaply.
     if name == "Runtime":
         from .operations.runtime import Runtime
+
         return Runtime
     if name == "spark_session":
         from .storage.session import spark_session
+
         return spark_session
     if name == "BatchResult":
         from .operations.runtime import BatchResult
+
         return BatchResult
     raise AttributeError(name)
 
 
-__all__ = ["Pipeline", "TimeWindows", "SlidingWindows", "SessionWindows", "Suppressed", "BufferConfig",
-           "agg", "Runtime", "spark_session", "BatchResult", "FrameworkError", "DefinitionError",
-           "InputError", "BatchFailedError", "BatchOrderError", "FingerprintMismatchError", "ConcurrentBatchError",
-           "BufferFullError", "QualityGateError", "ReplayError"]
+__all__ = [
+    "Pipeline",
+    "TimeWindows",
+    "SlidingWindows",
+    "SessionWindows",
+    "Suppressed",
+    "BufferConfig",
+    "agg",
+    "Runtime",
+    "spark_session",
+    "BatchResult",
+    "FrameworkError",
+    "DefinitionError",
+    "InputError",
+    "BatchFailedError",
+    "BatchOrderError",
+    "FingerprintMismatchError",
+    "ConcurrentBatchError",
+    "BufferFullError",
+    "QualityGateError",
+    "ReplayError",
+]

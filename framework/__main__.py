@@ -1,4 +1,5 @@
 """``python -m framework``: the command line (see ``framework.cli``)."""
+
 import sys
 
 from .orchestration.cli import main

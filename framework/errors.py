@@ -1,5 +1,6 @@
 """Typed errors. Every message names the pipeline (and batch when there is one),
 what happened, and what to do about it."""
+
 from __future__ import annotations
 
 
@@ -37,7 +38,10 @@ class BufferFullError(FrameworkError):
 
 
 class QualityGateError(FrameworkError):
-    """A critical expectation failed; the batch was neither published nor committed."""
+    """A critical expectation failed; the batch was neither published nor committed. ``report``
+    is the validation report (``framework.operations.quality.Report``)."""
+
+    report: object = None
 
 
 class ReplayError(FrameworkError):

@@ -5,6 +5,7 @@ no record can extend it any more: 30 minutes of inactivity plus 5 minutes of gra
 
     spark-submit jobs/page_sessions.py --batch-start ... --batch-end ... --warehouse ... --landing ...
 """
+
 import sys
 from datetime import timedelta as td
 

@@ -12,6 +12,7 @@ replaces it with the same rows (Delta ``replaceWhere`` on ``ingest_time``).
 
     python jobs/sample_data.py --from 2026-01-01T00:00 --to 2026-01-01T03:00 --landing var/landing
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,7 +70,10 @@ def _sensor_readings(rng: random.Random, hour: dt.datetime) -> Iterator[Event]:
 
 
 MAKERS: dict[str, Callable[[random.Random, dt.datetime], Iterator[Event]]] = {
-    "user_events": _user_events, "page_views": _page_views, "sensor_readings": _sensor_readings}
+    "user_events": _user_events,
+    "page_views": _page_views,
+    "sensor_readings": _sensor_readings,
+}
 
 
 def _delay(rng: random.Random) -> dt.timedelta:
@@ -102,17 +106,25 @@ def records(table: str, start: dt.datetime, end: dt.datetime, seed: int = 7) -> 
     return rows
 
 
-def generate(spark, landing: str, start: dt.datetime, end: dt.datetime, seed: int = 7,
-             tables: tuple[str, ...] = tuple(SCHEMAS)) -> dict[str, int]:
+def generate(
+    spark, landing: str, start: dt.datetime, end: dt.datetime, seed: int = 7, tables: tuple[str, ...] = tuple(SCHEMAS)
+) -> dict[str, int]:
     """Fill (or refill) ``[start, end)`` of each landing table under ``landing``; rows per table."""
     utc = dt.timezone.utc
     counts = {}
     for table in tables:
-        rows = [tuple(v.replace(tzinfo=utc) if isinstance(v, dt.datetime) else v for v in row)
-                for row in records(table, start, end, seed)]
+        rows = [
+            tuple(v.replace(tzinfo=utc) if isinstance(v, dt.datetime) else v for v in row)
+            for row in records(table, start, end, seed)
+        ]
         where = f"ingest_time >= '{start:%Y-%m-%d %H:%M:%S.%f}' AND ingest_time < '{end:%Y-%m-%d %H:%M:%S.%f}'"
-        (spark.createDataFrame(rows, SCHEMAS[table]).write.format("delta").mode("overwrite")
-         .option("replaceWhere", where).save(os.path.join(landing, table)))
+        (
+            spark.createDataFrame(rows, SCHEMAS[table])
+            .write.format("delta")
+            .mode("overwrite")
+            .option("replaceWhere", where)
+            .save(os.path.join(landing, table))
+        )
         counts[table] = len(rows)
     return counts
 
@@ -126,8 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sample_data.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--from", dest="start", required=True, help="first arrival time, ISO (UTC if naive)")
     parser.add_argument("--to", dest="end", required=True, help="end of the range (exclusive), ISO")
-    parser.add_argument("--landing", default=os.environ.get("FINALRESULTS_LANDING", "var/landing"),
-                        help="folder of the landing Delta tables (default: $FINALRESULTS_LANDING or var/landing)")
+    parser.add_argument(
+        "--landing",
+        default=os.environ.get("FINALRESULTS_LANDING", "var/landing"),
+        help="folder of the landing Delta tables (default: $FINALRESULTS_LANDING or var/landing)",
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--table", action="append", choices=sorted(SCHEMAS), help="only these tables (repeatable)")
     args = parser.parse_args(argv)
@@ -137,8 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(e))
     if not start < end:
         parser.error("--from must be before --to")
-    counts = generate(spark_session("sample-data"), args.landing, start, end, args.seed,
-                      tuple(args.table or SCHEMAS))
+    counts = generate(spark_session("sample-data"), args.landing, start, end, args.seed, tuple(args.table or SCHEMAS))
     for table, n in counts.items():
         print(f"{os.path.join(args.landing, table)}: {n} records arrived in [{start}, {end})")
     return 0

@@ -14,6 +14,7 @@ The buffer is unbounded: it holds only windows updated within the last 5 minutes
 
     spark-submit jobs/sliding_metric.py --batch-start ... --batch-end ... --warehouse ... --landing ...
 """
+
 import sys
 from datetime import timedelta as td
 

@@ -7,6 +7,7 @@ sent for an hour that later fills up. Records more than 10 minutes late are drop
     spark-submit jobs/user_alerts.py --batch-start 2026-01-01T00:00 --batch-end 2026-01-01T01:00 \\
         --warehouse var/warehouse --landing var/landing
 """
+
 import sys
 from datetime import timedelta as td
 

@@ -13,6 +13,7 @@ On a fresh machine (SQLite metadata database, local Spark, nothing running) it:
 
     .venv/bin/python scripts/demo.py [--hours 3] [--root var/demo]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,16 +39,18 @@ def _airflow(*args: str) -> None:
 
 def _configure(root: Path) -> None:
     """Environment of Airflow and of the DAG file; must be set before Airflow is imported."""
-    os.environ.update({
-        "AIRFLOW_HOME": str(root / "airflow"),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
-        "FINALRESULTS_WAREHOUSE": str(root / "warehouse"),
-        "FINALRESULTS_LANDING": str(root / "landing"),
-        "FINALRESULTS_START": START.isoformat(),
-        "PYSPARK_PYTHON": sys.executable,
-    })
+    os.environ.update(
+        {
+            "AIRFLOW_HOME": str(root / "airflow"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+            "FINALRESULTS_WAREHOUSE": str(root / "warehouse"),
+            "FINALRESULTS_LANDING": str(root / "landing"),
+            "FINALRESULTS_START": START.isoformat(),
+            "PYSPARK_PYTHON": sys.executable,
+        }
+    )
     # dag.test() runs tasks through Starlette's test client, which warns about httpx on every run.
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
 
@@ -83,16 +86,21 @@ def _run_intervals(dag, rt, pipeline, root: Path, hours: int):
     """One Airflow run per hourly interval, in order; the last batch's metrics row, or None on failure."""
     for hour in range(hours):
         begin, end = (START + dt.timedelta(hours=h) for h in (hour, hour + 1))
-        print(f"[4/5] Airflow runs {dag.dag_id} for [{begin}, {end}): spark_batch (spark-submit), then quality_gate",
-              flush=True)
+        print(
+            f"[4/5] Airflow runs {dag.dag_id} for [{begin}, {end}): spark_batch (spark-submit), then quality_gate",
+            flush=True,
+        )
         # dag.test() infers the data interval that ends at the logical date, as a manual run does.
         state = dag.test(logical_date=end.replace(tzinfo=dt.timezone.utc)).state
         if state != "success":
             print(f"demo: the run ended {state}; task logs are under {root / 'airflow' / 'logs'}", file=sys.stderr)
             return None
         m = rt.read_metrics(pipeline).orderBy("seq", ascending=False).first()
-        print(f"      run {state}: batch {m.batch_id} (seq {m.seq}), records in {m.records_in}, late {m.late_records}, "
-              f"windows closed {m.windows_closed}, stream time {m.stream_time}", flush=True)
+        print(
+            f"      run {state}: batch {m.batch_id} (seq {m.seq}), records in {m.records_in}, late {m.late_records}, "
+            f"windows closed {m.windows_closed}, stream time {m.stream_time}",
+            flush=True,
+        )
     return m
 
 
@@ -105,10 +113,14 @@ def _report(rt, pipeline, last, root: Path) -> None:
     for column, name in KIP_NAMES.items():
         print(f"  {name:<36} {last[column]}")
     print("\nwhere things are:")
-    for label, path in [("results", rt.tables(pipeline).output), ("pipeline state", rt.tables(pipeline).root),
-                        ("quality docs", root / "warehouse" / "data_docs" / "index.html"),
-                        ("landing", root / "landing"), ("airflow home", root / "airflow"),
-                        ("spark log", root / "spark-demo.log")]:
+    for label, path in [
+        ("results", rt.tables(pipeline).output),
+        ("pipeline state", rt.tables(pipeline).root),
+        ("quality docs", root / "warehouse" / "data_docs" / "index.html"),
+        ("landing", root / "landing"),
+        ("airflow home", root / "airflow"),
+        ("spark log", root / "spark-demo.log"),
+    ]:
         print(f"  {label:<15} {path}")
     print(f"  inspect with   .venv/bin/python -m framework status --warehouse {root / 'warehouse'}")
 
@@ -146,8 +158,9 @@ def run(root: Path, hours: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Command line of the demo."""
     parser = argparse.ArgumentParser(prog="demo.py", description="Run the user_alerts DAG through Airflow.")
-    parser.add_argument("--root", type=Path, default=REPO / "var" / "demo",
-                        help="scratch folder, wiped first (default: var/demo)")
+    parser.add_argument(
+        "--root", type=Path, default=REPO / "var" / "demo", help="scratch folder, wiped first (default: var/demo)"
+    )
     parser.add_argument("--hours", type=int, default=3, help="hourly intervals to run (default: 3)")
     args = parser.parse_args(argv)
     if args.hours < 1:

@@ -9,13 +9,20 @@ sys.path.insert(0, os.path.dirname(__file__))
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     from framework import spark_session
+
     # Test batches hold a handful of rows: compiling whole-stage code costs more than it saves.
     # One JVM serves a worker's share of the suite (half an hour of Delta tables): Spark's 1 GiB
     # default heap ran out near the end of CI and stopped the SparkContext under the last tests.
     # Catalog schemas (test_catalog) get their folders in a tmp dir, not in the checkout.
-    session = spark_session("tests", master="local[2]", conf={
-        "spark.sql.codegen.wholeStage": "false", "spark.driver.memory": "4g",
-        "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("spark-warehouse"))})
+    session = spark_session(
+        "tests",
+        master="local[2]",
+        conf={
+            "spark.sql.codegen.wholeStage": "false",
+            "spark.driver.memory": "4g",
+            "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("spark-warehouse")),
+        },
+    )
     yield session
     session.stop()
 
@@ -25,6 +32,7 @@ def _forget_delta_logs():
     """Each module's tables live in its own tmp dirs: drop their cached Delta logs afterwards."""
     yield
     from pyspark.sql import SparkSession
+
     active = SparkSession.getActiveSession()
     if active is not None:
         active._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()

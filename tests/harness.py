@@ -1,4 +1,5 @@
 """Test helpers: streams as Python lists in, final results as Python dicts out."""
+
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -7,8 +8,15 @@ from pyspark.sql import functions as F
 
 from framework import Runtime, agg
 
-AGGREGATES = (agg.count("n"), agg.sum("v", "total"), agg.min("v", "lo"), agg.max("v", "hi"),
-              agg.latest("v", "last"), agg.earliest("v", "first"), agg.collect_list("v", "vs"))
+AGGREGATES = (
+    agg.count("n"),
+    agg.sum("v", "total"),
+    agg.min("v", "lo"),
+    agg.max("v", "hi"),
+    agg.latest("v", "last"),
+    agg.earliest("v", "first"),
+    agg.collect_list("v", "vs"),
+)
 
 
 def frame(spark, batch, first_seq=0, value_type="long"):
@@ -35,8 +43,10 @@ def results(rt: Runtime, pipeline):
     """The final table as sorted dicts with window bounds and emission time in ms."""
     df = rt.read_output(pipeline)
     cols = [c for c in df.columns if c not in ("window_start", "window_end", "emitted_stream_time")]
-    df = df.select(*cols, *[F.unix_millis(c).alias(c) for c in ("window_start", "window_end", "emitted_stream_time")
-                            if c in df.columns])
+    df = df.select(
+        *cols,
+        *[F.unix_millis(c).alias(c) for c in ("window_start", "window_end", "emitted_stream_time") if c in df.columns],
+    )
     return sorted((r.asDict() for r in df.collect()), key=lambda r: (r["k"], r.get("window_start", 0)))
 
 
@@ -47,10 +57,22 @@ def expected(model_rows, batch_ids=None):
         vs = r["values"]
         present = [v for v in vs if v is not None]
         ids = batch_ids or _ids(r["batch"] + 1)
-        out.append({"k": r["key"], "window_start": r["start"], "window_end": r["end"], "n": len(vs),
-                    "total": sum(present) if present else None, "lo": min(present, default=None),
-                    "hi": max(present, default=None), "last": vs[-1], "first": vs[0], "vs": vs,
-                    "emitted_batch_id": ids[r["batch"]], "emitted_stream_time": r["stream_time"]})
+        out.append(
+            {
+                "k": r["key"],
+                "window_start": r["start"],
+                "window_end": r["end"],
+                "n": len(vs),
+                "total": sum(present) if present else None,
+                "lo": min(present, default=None),
+                "hi": max(present, default=None),
+                "last": vs[-1],
+                "first": vs[0],
+                "vs": vs,
+                "emitted_batch_id": ids[r["batch"]],
+                "emitted_stream_time": r["stream_time"],
+            }
+        )
     return sorted(out, key=lambda r: (r["k"], r["window_start"]))
 
 

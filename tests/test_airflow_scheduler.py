@@ -1,14 +1,15 @@
-"""SPEC 6(a): a new pipeline catches up through ordinary Airflow backfill, in order.
+"""Backfill (docs/design.md#backfill): a new pipeline catches up through ordinary Airflow backfill, in order.
 
 A real deployment on loopback, on a temporary SQLite home: ``airflow db migrate``, then the
 execution API server, the scheduler (LocalExecutor, no log server) and the dag-processor as
 separate processes (each in its own process group, killed at the end whatever happens), and
 ``airflow backfill create`` for two hourly intervals of ``user_alerts``; then its replay DAG,
 triggered with params, replays the last batch. The pipeline DAG ends where the backfill does, so
-every run of it is the backfill's. Data-aware downstream (SPEC 6): the gates' asset events
+every run of it is the backfill's. Data-aware downstream (docs/design.md#downstream): the gates' asset events
 trigger ``user_alert_notifications``, which puts each final row in its outbox once, also when
 its task is retried.
 """
+
 import datetime as dt
 import json
 import os
@@ -25,7 +26,7 @@ import pytest
 from test_airflow import DAGS, ROOT, _ran_hours_like_one_batch
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
-START, HOURS, DAG_ID = dt.datetime(2026, 1, 1), 2, "user_alerts"   # two runs suffice to show their order
+START, HOURS, DAG_ID = dt.datetime(2026, 1, 1), 2, "user_alerts"  # two runs suffice to show their order
 NOTIFY = "user_alert_notifications"  # downstream of user_alerts' results asset
 DEADLINE = 900  # seconds per wait; a spark-submit takes 45 s idle, 3 min when the 2 cores are shared
 
@@ -35,24 +36,31 @@ def _environment(root: Path) -> dict[str, str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "FINALRESULTS"))}
-    env.update({
-        "AIRFLOW_HOME": str(root / "airflow"), "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-        # three processes and the CLI write to one SQLite file: wait for its lock, not 5 s
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{root / 'airflow' / 'airflow.db'}?timeout=60",
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__PARALLELISM": "2",
-        # the pipeline's runs come from the backfill only: the DAG ends where the backfill does, so the
-        # scheduler finds its runs made; asset-triggered runs it makes as they are due. Other DAGs stay paused.
-        "FINALRESULTS_END": (START + dt.timedelta(hours=HOURS - 1)).isoformat(),
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-        "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-        "AIRFLOW__API_AUTH__JWT_SECRET": uuid.uuid4().hex,
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-        "FINALRESULTS_WAREHOUSE": str(root / "warehouse"), "FINALRESULTS_LANDING": str(root / "landing"),
-        "FINALRESULTS_OUTBOX": str(root / "outbox"), "FINALRESULTS_START": START.isoformat(),
-        "PYSPARK_PYTHON": sys.executable,
-    })
+    env.update(
+        {
+            "AIRFLOW_HOME": str(root / "airflow"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+            # three processes and the CLI write to one SQLite file: wait for its lock, not 5 s
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{root / 'airflow' / 'airflow.db'}?timeout=60",
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__PARALLELISM": "2",
+            # the pipeline's runs come from the backfill only: the DAG ends where the backfill does, so the
+            # scheduler finds its runs made; asset-triggered runs it makes as they are due. Other DAGs stay paused.
+            "FINALRESULTS_END": (START + dt.timedelta(hours=HOURS - 1)).isoformat(),
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            "AIRFLOW__API_AUTH__JWT_SECRET": uuid.uuid4().hex,
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "FINALRESULTS_WAREHOUSE": str(root / "warehouse"),
+            "FINALRESULTS_LANDING": str(root / "landing"),
+            "FINALRESULTS_OUTBOX": str(root / "outbox"),
+            "FINALRESULTS_START": START.isoformat(),
+            "PYSPARK_PYTHON": sys.executable,
+        }
+    )
     return env
 
 
@@ -77,8 +85,11 @@ def _wait(what: str, done, processes: dict, logs: Path, seconds: float):
 
 def _succeeded(root: Path, dag_id: str, count: int):
     """The DAG's runs (id, state, interval start) once ``count`` of them succeeded; fails on a failed one."""
-    runs = _query(root, "SELECT run_id, state, data_interval_start FROM dag_run WHERE dag_id = ? "
-                        "ORDER BY data_interval_start", dag_id)
+    runs = _query(
+        root,
+        "SELECT run_id, state, data_interval_start FROM dag_run WHERE dag_id = ? ORDER BY data_interval_start",
+        dag_id,
+    )
     assert not [r for r in runs if r[1] == "failed"], f"a run failed: {runs}; logs: {root / 'airflow' / 'logs'}"
     return len(runs) == count and all(r[1] == "success" for r in runs) and runs
 
@@ -89,8 +100,9 @@ def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays
     sys.path.insert(0, str(ROOT))
     from jobs import sample_data
 
-    sample_data.generate(spark, str(tmp_path / "landing"), START, START + dt.timedelta(hours=HOURS),
-                         tables=("user_events",))
+    sample_data.generate(
+        spark, str(tmp_path / "landing"), START, START + dt.timedelta(hours=HOURS), tables=("user_events",)
+    )
     env, logs = _environment(tmp_path), tmp_path / "logs"
     logs.mkdir()
     subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
@@ -98,8 +110,9 @@ def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays
 
     def start(name, args):
         with open(logs / f"{name}.log", "w") as log:
-            processes[name] = subprocess.Popen([AIRFLOW, *args], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                               start_new_session=True)
+            processes[name] = subprocess.Popen(
+                [AIRFLOW, *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     try:
         port = env["AIRFLOW__API__PORT"]
@@ -108,29 +121,61 @@ def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays
         parsed = lambda: _query(tmp_path, "SELECT 1 FROM serialized_dag WHERE dag_id = ?", NOTIFY)  # noqa: E731
         _wait("the DAGs to be parsed", parsed, processes, logs, 300)
         # user_alerts, its replay DAG and the notifications DAG downstream of its results asset
-        unpaused = subprocess.run([AIRFLOW, "dags", "unpause", "--treat-dag-id-as-regex", "-y", "^user_alert"],
-                                  env=env, capture_output=True, text=True, timeout=300)
+        unpaused = subprocess.run(
+            [AIRFLOW, "dags", "unpause", "--treat-dag-id-as-regex", "-y", "^user_alert"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert unpaused.returncode == 0, unpaused.stdout + unpaused.stderr
         last = (START + dt.timedelta(hours=HOURS - 1)).isoformat()
-        created = subprocess.run([AIRFLOW, "backfill", "create", "--dag-id", DAG_ID, "--from-date", START.isoformat(),
-                                  "--to-date", last, "--reprocess-behavior", "failed"],
-                                 env=env, capture_output=True, text=True, timeout=300)
+        created = subprocess.run(
+            [
+                AIRFLOW,
+                "backfill",
+                "create",
+                "--dag-id",
+                DAG_ID,
+                "--from-date",
+                START.isoformat(),
+                "--to-date",
+                last,
+                "--reprocess-behavior",
+                "failed",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert created.returncode == 0, created.stdout + created.stderr
         start("scheduler", ["scheduler", "--skip-serve-logs"])
         runs = _wait(f"{HOURS} successful runs", lambda: _succeeded(tmp_path, DAG_ID, HOURS), processes, logs, DEADLINE)
 
         # the replay DAG, triggered with params, re-runs the last batch through spark-submit --replay
         conf = json.dumps({"start": last})
-        triggered = subprocess.run([AIRFLOW, "dags", "trigger", f"{DAG_ID}_replay", "--conf", conf],
-                                   env=env, capture_output=True, text=True, timeout=300)
+        triggered = subprocess.run(
+            [AIRFLOW, "dags", "trigger", f"{DAG_ID}_replay", "--conf", conf],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert triggered.returncode == 0, triggered.stdout + triggered.stderr
         _wait("the replay run", lambda: _succeeded(tmp_path, f"{DAG_ID}_replay", 1), processes, logs, DEADLINE)
-        _wait("notifications runs consuming every asset event", lambda: _notified(tmp_path, tries=1),
-              processes, logs, DEADLINE)
+        _wait(
+            "notifications runs consuming every asset event",
+            lambda: _notified(tmp_path, tries=1),
+            processes,
+            logs,
+            DEADLINE,
+        )
         delivered = _outbox(spark, tmp_path)
         # a retry of each notify task (cleared, run again by the scheduler) adds nothing
-        cleared = subprocess.run([AIRFLOW, "tasks", "clear", NOTIFY, "-y"], env=env, capture_output=True,
-                                 text=True, timeout=300)
+        cleared = subprocess.run(
+            [AIRFLOW, "tasks", "clear", NOTIFY, "-y"], env=env, capture_output=True, text=True, timeout=300
+        )
         assert cleared.returncode == 0, cleared.stdout + cleared.stderr
         _wait("the notify retries", lambda: _notified(tmp_path, tries=2), processes, logs, DEADLINE)
     finally:
@@ -138,16 +183,20 @@ def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays
             _stop(p)
 
     assert [r[2][:19] for r in runs] == [str(START + dt.timedelta(hours=h)) for h in range(HOURS)]
-    tasks = _query(tmp_path, "SELECT dr.data_interval_start, ti.task_id, ti.start_date, ti.end_date "
-                             "FROM task_instance ti JOIN dag_run dr ON ti.dag_id = dr.dag_id AND ti.run_id = dr.run_id "
-                             "WHERE dr.dag_id = ? ORDER BY dr.data_interval_start", DAG_ID)
+    tasks = _query(
+        tmp_path,
+        "SELECT dr.data_interval_start, ti.task_id, ti.start_date, ti.end_date "
+        "FROM task_instance ti JOIN dag_run dr ON ti.dag_id = dr.dag_id AND ti.run_id = dr.run_id "
+        "WHERE dr.dag_id = ? ORDER BY dr.data_interval_start",
+        DAG_ID,
+    )
     spans = {(interval, task): (begin, end) for interval, task, begin, end in tasks}
     intervals = [r[2] for r in runs]
-    for earlier, later in zip(intervals, intervals[1:]):   # each batch starts after the previous gate ended
+    for earlier, later in zip(intervals, intervals[1:]):  # each batch starts after the previous gate ended
         assert spans[(later, "spark_batch")][0] >= spans[(earlier, "quality_gate")][1]
     _ran_hours_like_one_batch(spark, tmp_path, HOURS)
     ledger = spark.read.format("delta").load(str(tmp_path / "warehouse" / DAG_ID / "_ledger"))
-    replayed = ledger.filter(ledger.batch_id == last).collect()   # the replay re-ran the last batch
+    replayed = ledger.filter(ledger.batch_id == last).collect()  # the replay re-ran the last batch
     assert sorted(r.status for r in replayed) == ["committed", "replaced"]
     _notified_once_per_final_row(spark, tmp_path, runs, delivered)
 
@@ -155,11 +204,18 @@ def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays
 def _notified(root: Path, tries: int) -> bool:
     """Whether the downstream runs consumed every asset event and each notify task succeeded on
     try ``tries``."""
-    runs = _query(root, "SELECT r.state, t.state, t.try_number FROM dag_run r JOIN task_instance t "
-                        "ON t.dag_id = r.dag_id AND t.run_id = r.run_id WHERE r.dag_id = ?", NOTIFY)
+    runs = _query(
+        root,
+        "SELECT r.state, t.state, t.try_number FROM dag_run r JOIN task_instance t "
+        "ON t.dag_id = r.dag_id AND t.run_id = r.run_id WHERE r.dag_id = ?",
+        NOTIFY,
+    )
     assert not [r for r in runs if "failed" in r[:2]], f"a notifications run failed: {runs}"
-    consumed = _query(root, "SELECT count(*) FROM dagrun_asset_event e JOIN dag_run r ON r.id = e.dag_run_id "
-                            "WHERE r.dag_id = ?", NOTIFY)[0][0]
+    consumed = _query(
+        root,
+        "SELECT count(*) FROM dagrun_asset_event e JOIN dag_run r ON r.id = e.dag_run_id WHERE r.dag_id = ?",
+        NOTIFY,
+    )[0][0]
     events = _query(root, "SELECT count(*) FROM asset_event")[0][0]
     return bool(runs) and consumed == events and all(r == ("success", "success", tries) for r in runs)
 
@@ -176,7 +232,8 @@ def _notified_once_per_final_row(spark, root: Path, runs: list, delivered: list)
     published = {r.emitted_batch_id: r["count"] for r in results.groupBy("emitted_batch_id").count().collect()}
     assert [(e["batch_id"], e["seq"], e["rows_published"]) for e in events] == [
         (start[:19].replace(" ", "T"), seq, published.get(start[:19].replace(" ", "T"), 0))
-        for seq, (_, _, start) in enumerate(runs, 1)]
+        for seq, (_, _, start) in enumerate(runs, 1)
+    ]
     keys = lambda rows: sorted((r.user_id, r.window_start, r.window_end) for r in rows)  # noqa: E731
     assert delivered and keys(delivered) == keys(results.collect())
     again = _outbox(spark, root)

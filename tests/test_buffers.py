@@ -1,5 +1,6 @@
 """Strict bounded buffers for final results: shut_down_when_full stops the batch, commits nothing,
 and the same batch continues from the same state once the bound is raised."""
+
 import random
 
 import pytest
@@ -9,10 +10,8 @@ from harness import frame, results
 from framework import (
     BufferConfig,
     BufferFullError,
-    DefinitionError,
     Pipeline,
     Runtime,
-    SlidingWindows,
     Suppressed,
     TimeWindows,
     agg,
@@ -20,16 +19,21 @@ from framework import (
 
 
 def pipeline(buffer, windows=TimeWindows.of_size_and_grace(10, 0)):
-    return (Pipeline("bounded", timestamp="ts", arrival="seq").group_by("k")
-            .windowed_by(windows).aggregate(agg.count("n"))
-            .suppress(Suppressed.until_window_closes(buffer).with_name("alerts")).to("out"))
+    return (
+        Pipeline("bounded", timestamp="ts", arrival="seq")
+        .group_by("k")
+        .windowed_by(windows)
+        .aggregate(agg.count("n"))
+        .suppress(Suppressed.until_window_closes(buffer).with_name("alerts"))
+        .to("out")
+    )
 
 
 def test_shut_down_when_full_aborts_the_batch_and_a_larger_bound_continues(spark, warehouse):
     rt = Runtime(spark, warehouse, quality=False)
     tight = pipeline(BufferConfig.max_records(1).shut_down_when_full())
     rt.run_batch(tight, "b0", frame(spark, [("A", 1, 1)]))
-    batch = frame(spark, [("B", 2, 1), ("C", 3, 1)], 1)       # three windows held at once
+    batch = frame(spark, [("B", 2, 1), ("C", 3, 1)], 1)  # three windows held at once
     with pytest.raises(BufferFullError, match=r"'bounded'.*'b1'.*alerts.*3 windows.*max_records=1"):
         rt.run_batch(tight, "b1", batch)
     assert rt.ledger(tight).filter("status = 'committed'").count() == 1
@@ -47,8 +51,10 @@ def test_the_bound_holds_after_every_record_not_only_after_the_batch(spark, ware
     assert ref.held_until_close(ref.Tumbling(10, 0), [batch]) == [(2, 2)]
     with pytest.raises(BufferFullError, match=r"would hold 2 windows \(2 bytes\).*max_records=1"):
         rt.run_batch(pipeline(BufferConfig.max_records(1).shut_down_when_full()), "b0", frame(spark, batch))
-    assert rt.run_batch(pipeline(BufferConfig.max_records(2).shut_down_when_full()), "b0",
-                        frame(spark, batch)).status == "committed"
+    assert (
+        rt.run_batch(pipeline(BufferConfig.max_records(2).shut_down_when_full()), "b0", frame(spark, batch)).status
+        == "committed"
+    )
 
 
 @pytest.mark.parametrize("model", [ref.Tumbling(10, 5), ref.Tumbling(10, 3, advance=5)], ids=["tumbling", "hopping"])
@@ -74,10 +80,3 @@ def test_byte_and_record_bounds_match_the_reference_buffer_after_every_record(sp
         fits = BufferConfig.max_bytes(most_bytes).with_max_records(max(n for n, _ in peaks)).shut_down_when_full()
         assert rt.run_batch(pipeline(fits, windows), f"b{i}", frame(spark, batch, seq)).status == "committed"
         seq += len(batch)
-
-
-def test_byte_bounds_for_final_results_need_time_windows():
-    with pytest.raises(DefinitionError, match="max_bytes bound on until_window_closes.*TimeWindows"):
-        (Pipeline("bounded", timestamp="ts", arrival="seq").group_by("k")
-         .windowed_by(SlidingWindows.of_time_difference_and_grace(10, 0)).aggregate(agg.count("n"))
-         .suppress(Suppressed.until_window_closes(BufferConfig.max_bytes(100).shut_down_when_full())))

@@ -1,8 +1,9 @@
-"""SPEC 5: a pipeline's tables under a catalog schema, queryable by name (``framework.catalog``).
+"""A pipeline's tables in a catalog schema (docs/design.md#catalog-schema), queryable by name (``framework.catalog``).
 
 The shared test session has Spark's in-memory catalog; the last test shows the tables outliving
 their session in an embedded metastore, with batches run and a query in separate processes.
 """
+
 import datetime as dt
 import os
 import subprocess
@@ -18,9 +19,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _pipeline(name="cat_alerts", sink="cat_alert_windows"):
-    return (Pipeline(name, timestamp="ts", arrival="seq").group_by("k")
-            .windowed_by(TimeWindows.of_size_and_grace(dt.timedelta(milliseconds=10), dt.timedelta(0)))
-            .aggregate(agg.count("n")).suppress(Suppressed.until_window_closes(BufferConfig.unbounded())).to(sink))
+    return (
+        Pipeline(name, timestamp="ts", arrival="seq")
+        .group_by("k")
+        .windowed_by(TimeWindows.of_size_and_grace(dt.timedelta(milliseconds=10), dt.timedelta(0)))
+        .aggregate(agg.count("n"))
+        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+        .to(sink)
+    )
 
 
 STREAM = [[("a", 1, 1), ("b", 2, 1)], [("a", 12, 1), ("a", 15, 1)], [("b", 31, 1), ("a", 3, 1)]]  # a@3: late
@@ -34,8 +40,13 @@ def test_tables_are_external_tables_of_the_schema(spark, tmp_path):
     by_path = rt.read_output(p).select("k", "window_start", "n", "emitted_batch_id").collect()
     assert len(by_path) == 3 and sorted(by_name) == sorted(by_path)
     tables = {t.name: t for t in spark.catalog.listTables("lake_a")}
-    assert set(tables) == {"cat_alert_windows", "cat_alerts_ledger", "cat_alerts_window_state",
-                           "cat_alerts_late_records", "cat_alerts_metrics"}
+    assert set(tables) == {
+        "cat_alert_windows",
+        "cat_alerts_ledger",
+        "cat_alerts_window_state",
+        "cat_alerts_late_records",
+        "cat_alerts_metrics",
+    }
     assert all(t.tableType == "EXTERNAL" for t in tables.values())
     ledger = spark.sql("SELECT batch_id FROM lake_a.cat_alerts_ledger WHERE status = 'committed' ORDER BY seq")
     assert [r.batch_id for r in ledger.collect()] == ["b0000", "b0001", "b0002"]
@@ -66,24 +77,53 @@ def test_an_embedded_metastore_keeps_the_tables_for_the_next_process(spark, tmp_
     sys.path.insert(0, str(ROOT))
     from jobs import sample_data
 
-    sample_data.generate(spark, str(tmp_path / "landing"), dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 1, 2),
-                         tables=("user_events",))
+    sample_data.generate(
+        spark, str(tmp_path / "landing"), dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 1, 2), tables=("user_events",)
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("FINALRESULTS")}
-    env.update(PYTHONPATH=str(ROOT), FINALRESULTS_WAREHOUSE="wh",  # relative: to the working folder
-               FINALRESULTS_LANDING=str(tmp_path / "landing"))
-    ran = subprocess.run([sys.executable, "-m", "framework", "backfill", str(ROOT / "jobs" / "user_alerts.py"),
-                          "--from", "2026-01-01T00:00", "--to", "2026-01-01T02:00", "--catalog", "lake",
-                          "--metastore", str(tmp_path / "metastore")],
-                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    env.update(
+        PYTHONPATH=str(ROOT),
+        FINALRESULTS_WAREHOUSE="wh",  # relative: to the working folder
+        FINALRESULTS_LANDING=str(tmp_path / "landing"),
+    )
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "framework",
+            "backfill",
+            str(ROOT / "jobs" / "user_alerts.py"),
+            "--from",
+            "2026-01-01T00:00",
+            "--to",
+            "2026-01-01T02:00",
+            "--catalog",
+            "lake",
+            "--metastore",
+            str(tmp_path / "metastore"),
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert ran.returncode == 0, ran.stdout + ran.stderr[-3000:]
-    query = ("import sys; from framework import spark_session; s = spark_session('q', metastore=sys.argv[1]); "
-             "print(s.sql('SELECT count(*) FROM lake.user_alert_windows').first()[0], "
-             "s.sql('SELECT count(*) FROM lake.user_alerts_ledger').first()[0])")
+    query = (
+        "import sys; from framework import spark_session; s = spark_session('q', metastore=sys.argv[1]); "
+        "print(s.sql('SELECT count(*) FROM lake.user_alert_windows').first()[0], "
+        "s.sql('SELECT count(*) FROM lake.user_alerts_ledger').first()[0])"
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    done = subprocess.run([sys.executable, "-c", query, str(tmp_path / "metastore")], env=env, cwd=elsewhere,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", query, str(tmp_path / "metastore")],
+        env=env,
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows, batches = map(int, done.stdout.split())
     assert rows > 0 and batches == 2
-

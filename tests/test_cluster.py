@@ -2,6 +2,7 @@
 started from the pyspark installation, a job of ``jobs/`` submitted to it with spark-submit in
 client mode (Delta's jars resolved by ``--packages``, as in local mode), and the final rows equal
 those of local mode, emission batch and stream time included."""
+
 import datetime as dt
 import json
 import os
@@ -16,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-START, END = dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 1, 2)   # one two-hour batch: one submission
+START, END = dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 1, 2)  # one two-hour batch: one submission
 
 
 def _free_port() -> int:
@@ -36,17 +37,55 @@ def _alive_workers(ui_port: int) -> int:
 @pytest.fixture
 def cluster(tmp_path):
     """``spark://`` URL of a master with two one-core workers; stopped afterwards."""
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
-               SPARK_WORKER_DIR=str(tmp_path / "work"), SPARK_LOG_DIR=str(tmp_path / "logs"))
+    env = dict(
+        os.environ,
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYSPARK_PYTHON=sys.executable,
+        SPARK_WORKER_DIR=str(tmp_path / "work"),
+        SPARK_LOG_DIR=str(tmp_path / "logs"),
+    )
     port, ui = _free_port(), _free_port()
     log = open(tmp_path / "cluster.log", "w")
     spark_class = str(BIN / "spark-class")
-    procs = [subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                               "--port", str(port), "--webui-port", str(ui)], env=env, stdout=log, stderr=log)]
+    procs = [
+        subprocess.Popen(
+            [
+                spark_class,
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--webui-port",
+                str(ui),
+            ],
+            env=env,
+            stdout=log,
+            stderr=log,
+        )
+    ]
     url = f"spark://127.0.0.1:{port}"
-    procs += [subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
-                                "--cores", "1", "--memory", "1g", "--webui-port", str(_free_port())],
-                               env=env, stdout=log, stderr=log) for _ in range(2)]
+    procs += [
+        subprocess.Popen(
+            [
+                spark_class,
+                "org.apache.spark.deploy.worker.Worker",
+                url,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "1",
+                "--memory",
+                "1g",
+                "--webui-port",
+                str(_free_port()),
+            ],
+            env=env,
+            stdout=log,
+            stderr=log,
+        )
+        for _ in range(2)
+    ]
     try:
         deadline = time.monotonic() + 180
         while _alive_workers(ui) < 2:
@@ -74,17 +113,39 @@ def test_a_job_submitted_to_a_standalone_cluster_gives_the_final_rows_of_local_m
     on_cluster, local = str(tmp_path / "cluster_lake"), str(tmp_path / "local_lake")
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     done = subprocess.run(
-        [str(BIN / "spark-submit"), "--master", cluster, "--deploy-mode", "client", "--packages", DELTA_PACKAGE,
-         "--executor-memory", "512m", "--conf", f"spark.pyspark.python={sys.executable}",
-         str(ROOT / "jobs" / "user_alerts.py"), "--batch-start", START.isoformat(), "--batch-end", END.isoformat(),
-         "--warehouse", on_cluster, "--landing", landing],
-        capture_output=True, text=True, env=env, timeout=900)
+        [
+            str(BIN / "spark-submit"),
+            "--master",
+            cluster,
+            "--deploy-mode",
+            "client",
+            "--packages",
+            DELTA_PACKAGE,
+            "--executor-memory",
+            "512m",
+            "--conf",
+            f"spark.pyspark.python={sys.executable}",
+            str(ROOT / "jobs" / "user_alerts.py"),
+            "--batch-start",
+            START.isoformat(),
+            "--batch-end",
+            END.isoformat(),
+            "--warehouse",
+            on_cluster,
+            "--landing",
+            landing,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "committed" in done.stdout
     run_interval(spark, user_alerts.PIPELINE, user_alerts.LANDING, START, END, local, landing)
 
     executors = list((tmp_path / "work").glob("app-*/*/stderr"))
-    assert len({e.parent.parent for e in executors}) == 1   # the batch ran as an application on the workers
+    assert len({e.parent.parent for e in executors}) == 1  # the batch ran as an application on the workers
     got = Runtime(spark, on_cluster).read_output(user_alerts.PIPELINE)
     want = Runtime(spark, local).read_output(user_alerts.PIPELINE)
     assert want.count() > 0

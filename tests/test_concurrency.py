@@ -6,7 +6,9 @@ Each process first runs its own pipeline, at the same moment as the other: pipel
 warehouse do not disturb each other. Then both run batch b0 of one more pipeline: they start it
 together (both create the pipeline's ledger) and meet again just before the batch's commit point
 (both have planned and written their state): one commits, the other stops with
-ConcurrentBatchError or, had it come second, reports "already committed". The processes meet at files in a gate folder."""
+ConcurrentBatchError or, had it come second, reports "already committed". The processes meet at
+files in a gate folder."""
+
 import os
 import signal
 import subprocess
@@ -22,8 +24,10 @@ from framework import Runtime
 
 TESTS = Path(__file__).resolve().parent
 RACED = ("raced", [("A", 1, 1), ("B", 2, 2), ("A", 12, 3)])
-OWN = {"1": ("own1", [("A", 25, 4), ("B", 14, 6), ("A", 40, 5)]),   # B 14 is late
-       "2": ("own2", [("C", 5, 1), ("C", 40, 2)])}
+OWN = {
+    "1": ("own1", [("A", 25, 4), ("B", 14, 6), ("A", 40, 5)]),  # B 14 is late
+    "2": ("own2", [("C", 5, 1), ("C", 40, 2)]),
+}
 CHILD = """
 import sys, time
 from pathlib import Path
@@ -51,7 +55,8 @@ spark = spark_session("racer" + me, master="local[1]", conf={{
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}})
 name, batch = OWN[me]
 meet("own")
-print("OWN", Runtime(spark, lake, quality=False).run_batch(pipeline(name), "b0", frame(spark, batch)).status, flush=True)
+print("OWN", Runtime(spark, lake, quality=False).run_batch(pipeline(name), "b0", frame(spark, batch)).status,
+      flush=True)
 rt = Runtime(spark, lake, quality=False, before_write=lambda at: at == "ledger_commit" and meet("claim"))
 meet("race")
 try:
@@ -64,8 +69,13 @@ finally:
 
 
 def _racer(lake: str, gate: Path, me: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", CHILD.format(tests=str(TESTS)), lake, str(gate), me],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD.format(tests=str(TESTS)), lake, str(gate), me],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 @pytest.mark.slow
@@ -75,13 +85,13 @@ def test_two_processes_commit_one_batch_once_and_leave_other_pipelines_alone(spa
     racers = [_racer(lake, gate, me) for me in OWN]
     raced = pipeline(RACED[0])
     try:
-        clean = Runtime(spark, f"{warehouse}/clean", quality=False)   # the reference, while the racers start
+        clean = Runtime(spark, f"{warehouse}/clean", quality=False)  # the reference, while the racers start
         clean.run_batch(raced, "b0", frame(spark, RACED[1]))
         outputs = [racer.communicate(timeout=600) for racer in racers]
     finally:
         for racer in racers:
             if racer.poll() is None:
-                os.killpg(racer.pid, signal.SIGKILL)   # with its JVM
+                os.killpg(racer.pid, signal.SIGKILL)  # with its JVM
     said = []
     for racer, (out, err) in zip(racers, outputs):
         assert racer.returncode == 0, err[-3000:]
@@ -94,49 +104,7 @@ def test_two_processes_commit_one_batch_once_and_leave_other_pipelines_alone(spa
         assert "pipeline 'raced', batch 'b0': another attempt of this batch" in race[1]
     shared = Runtime(spark, lake, quality=False)
     assert snapshot(shared, raced) == snapshot(clean, raced)
-    for name, batch in OWN.values():   # a clean run of these is the reference model's (test_examples)
+    for name, batch in OWN.values():  # a clean run of these is the reference model's (test_examples)
         assert results(shared, pipeline(name)) == expected(ref.run(ref.Tumbling(10, 2), [batch]), ["b0"]), name
-    for name in (RACED[0], *(n for n, _ in OWN.values())):   # the loser of the race committed nothing
+    for name in (RACED[0], *(n for n, _ in OWN.values())):  # the loser of the race committed nothing
         assert [r.status for r in shared.ledger(pipeline(name)).collect()] == ["committed"], name
-
-
-def test_a_commit_lock_excludes_other_processes_and_is_reentrant_in_its_thread(tmp_path):
-    """On a local disk Delta's put-if-absent of the next log file is not atomic across processes,
-    so every commit holds ``<table>.lock`` (locks.committing); on other stores there is no lock."""
-    import fcntl
-    import threading
-    from contextlib import nullcontext
-
-    from framework.storage import locks
-
-    table = str(tmp_path / "lake" / "t")
-    held = subprocess.Popen([sys.executable, "-c", f"""
-import sys, time
-sys.path.insert(0, {str(TESTS.parent)!r})
-from framework.storage import locks
-with locks.committing({table!r}), locks.committing({table!r}):   # re-entrant
-    print("held", flush=True)
-    sys.stdin.readline()
-"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert held.stdout.readline() == "held\n"
-        with open(table + ".lock") as f:
-            with pytest.raises(BlockingIOError):
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        held.stdin.write("\n")
-        held.stdin.flush()
-        assert held.wait(timeout=30) == 0
-        def commit_in_another_thread():
-            with locks.committing(table):
-                pass
-
-        with locks.committing("file://" + table):   # released with the process's descriptor
-            other = threading.Thread(target=commit_in_another_thread)
-            other.start()
-            other.join(timeout=0.5)
-            assert other.is_alive()   # another thread waits too
-        other.join(timeout=5)
-        assert not other.is_alive()
-    finally:
-        held.kill()
-    assert isinstance(locks.committing("s3a://bucket/t"), nullcontext)

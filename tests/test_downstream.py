@@ -1,5 +1,6 @@
 """Acting on final results once (``framework.downstream``), in-process; the Airflow side, asset
 events and a retried task under the real scheduler, is in ``test_airflow_scheduler.py``."""
+
 import datetime as dt
 import threading
 
@@ -15,10 +16,15 @@ KEYS = ["k", "window_start", "window_end"]
 
 
 def _pipeline():
-    return (Pipeline("ds_alerts", timestamp="ts", arrival="seq").group_by("k")
-            .windowed_by(TimeWindows.of_size_and_grace(dt.timedelta(milliseconds=10), dt.timedelta(0)))
-            .aggregate(agg.count("n")).suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
-            .filter("n < 2").to("ds_alert_windows"))
+    return (
+        Pipeline("ds_alerts", timestamp="ts", arrival="seq")
+        .group_by("k")
+        .windowed_by(TimeWindows.of_size_and_grace(dt.timedelta(milliseconds=10), dt.timedelta(0)))
+        .aggregate(agg.count("n"))
+        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+        .filter("n < 2")
+        .to("ds_alert_windows")
+    )
 
 
 def _run(spark, warehouse):
@@ -33,10 +39,10 @@ def _run(spark, warehouse):
 def test_a_committed_batch_reports_the_rows_its_sink_received_however_it_is_asked(spark, tmp_path):
     rt, p = _run(spark, str(tmp_path))
     rows = batch_rows(rt, p, ["b1"]).collect()
-    assert [(r.k, r.n) for r in rows] == [("a", 1)]          # b's window closed too, filtered out (n = 2)
+    assert [(r.k, r.n) for r in rows] == [("a", 1)]  # b's window closed too, filtered out (n = 2)
     assert rt.committed_batch(p, "b1").emitted == 1 == rt.run_batch(p, "b1", frame(spark, STREAM["b1"], 3)).emitted
     assert rt.committed_batch(p, "b0").emitted == 0 and rt.committed_batch(p, "b9") is None
-    assert rt.committed_batch(p, "b1").metrics["suppression_emit_total"] == 2   # Kafka's count: windows emitted
+    assert rt.committed_batch(p, "b1").metrics["suppression_emit_total"] == 2  # Kafka's count: windows emitted
 
 
 def test_deliver_once_adds_each_key_once_even_when_two_deliveries_overlap(spark, tmp_path):
@@ -50,7 +56,7 @@ def test_deliver_once_adds_each_key_once_even_when_two_deliveries_overlap(spark,
     for t in threads:
         t.join()
     assert sorted(added) == [0, 1]
-    assert deliver_once(rows, outbox, KEYS) == 0                  # a retry
+    assert deliver_once(rows, outbox, KEYS) == 0  # a retry
     delivered = spark.read.format("delta").load(outbox).collect()
     assert [(r.k, r.n, r.emitted_batch_id) for r in delivered] == [("a", 1, "b1")]
 
@@ -73,16 +79,3 @@ def test_deliver_once_refuses_rows_it_could_not_deliver_once(spark, tmp_path):
     extra = spark.createDataFrame([("b", 2, "x", 5)], "k string, w int, msg string, more int")
     with pytest.raises(FrameworkError, match=r"in more \(int vs absent\)"):
         deliver_once(extra, outbox, ["k", "w"])
-
-
-def test_published_batches_reads_the_gate_extras_once_per_batch_in_commit_order():
-    from types import SimpleNamespace as Event
-
-    from framework.orchestration.airflow import published_batches
-
-    asset = object()
-    extras = [{"batch_id": "b2", "seq": 2}, {"batch_id": "b1", "seq": 1}, {"batch_id": "b2", "seq": 2},
-              {"batch_id": "b3"}, None, {}]
-    context = {"triggering_asset_events": {asset: [Event(extra=e) for e in extras]}}
-    assert [b["batch_id"] for b in published_batches(context, asset)] == ["b1", "b2"]
-    assert published_batches({}, asset) == []

@@ -1,5 +1,6 @@
-"""Exactly-once (SPEC 4): ordered batches, idempotent re-runs, and a crash at every write
+"""Exactly-once (docs/design.md#batch-protocol): ordered batches, idempotent re-runs, and a crash at every write
 boundary followed by a re-run leaving exactly the tables of a clean run."""
+
 import shutil
 import threading
 
@@ -18,12 +19,15 @@ from framework import (
     Suppressed,
     TimeWindows,
 )
-from framework.operations.runtime import WRITE_POINTS
+from framework.operations.attempt import WRITE_POINTS
 from framework.storage import tables
+from framework.storage.state import buffer_path
 
-BATCHES = [[("A", 1, 1), ("B", 2, 2), ("A", 12, 3)],
-           [("A", 25, 4), ("A", 3, 5), ("B", 14, 6), ("B", 31, 7)],   # ts 3 is late: a late record
-           [("A", 70, 8)]]
+BATCHES = [
+    [("A", 1, 1), ("B", 2, 2), ("A", 12, 3)],
+    [("A", 25, 4), ("A", 3, 5), ("B", 14, 6), ("B", 31, 7)],  # ts 3 is late: a late record
+    [("A", 70, 8)],
+]
 IDS = ["b0", "b1", "b2"]
 
 
@@ -35,9 +39,14 @@ RATE_LIMITED = Suppressed.until_time_limit(5, BufferConfig.max_records(2))
 
 
 def pipeline(name, windows=None, suppressed=Suppressed.until_window_closes(BufferConfig.unbounded())):
-    return (Pipeline(name, timestamp="ts", arrival="seq").group_by("k")
-            .windowed_by(windows or TimeWindows.of_size_and_grace(10, 2))
-            .aggregate(*AGGREGATES).suppress(suppressed).to("out"))
+    return (
+        Pipeline(name, timestamp="ts", arrival="seq")
+        .group_by("k")
+        .windowed_by(windows or TimeWindows.of_size_and_grace(10, 2))
+        .aggregate(*AGGREGATES)
+        .suppress(suppressed)
+        .to("out")
+    )
 
 
 def run(rt, p, index, batch=None):
@@ -49,20 +58,44 @@ def snapshot(rt, p):
     """Every table of the pipeline that exists, minus what legitimately differs between runs
     (wall-clock times, attempt ids and the table versions they made)."""
     t = rt.tables(p)
-    tables = {"output": (t.output, ()), "late": (t.late, ()), "metrics": (t.metrics, ["batch_duration_ms"]),
-              "ledger": (t.ledger, ["attempt", "at", "state_version", "records_version", "output_version",
-                                    "buffer_version", "output_base", "metrics"]),
-              "state": (t.state, ()), "records": (t.records, ())}
+    paths = {
+        "output": (t.output, ()),
+        "late": (t.late, ()),
+        "metrics": (t.metrics, ["batch_duration_ms"]),
+        "ledger": (
+            t.ledger,
+            [
+                "attempt",
+                "at",
+                "state_version",
+                "records_version",
+                "output_version",
+                "buffer_version",
+                "output_base",
+                "metrics",
+            ],
+        ),
+        "state": (t.state, ()),
+        "records": (t.records, ()),
+    }
     if p.rate_limited:
-        tables["buffer"] = (rt._buffer_path(p), ())
-    return {name: sorted(map(str, rt.spark.read.format("delta").load(path).drop(*drop).distinct().collect()))
-            for name, (path, drop) in tables.items() if tables.exists(rt.spark, path)}
+        paths["buffer"] = (buffer_path(rt.tables(p), p), ())
+    return {
+        name: sorted(map(str, rt.spark.read.format("delta").load(path).drop(*drop).distinct().collect()))
+        for name, (path, drop) in paths.items()
+        if tables.exists(rt.spark, path)
+    }
 
 
-@pytest.mark.parametrize("windows, suppressed", [
-    (TimeWindows.of_size_and_grace(10, 2), Suppressed.until_window_closes(BufferConfig.unbounded())),
-    (SlidingWindows.of_time_difference_and_grace(10, 2), Suppressed.until_window_closes(BufferConfig.unbounded())),
-    (TimeWindows.of_size_and_grace(10, 2), RATE_LIMITED)], ids=["tumbling", "sliding", "rate_limited"])
+@pytest.mark.parametrize(
+    "windows, suppressed",
+    [
+        (TimeWindows.of_size_and_grace(10, 2), Suppressed.until_window_closes(BufferConfig.unbounded())),
+        (SlidingWindows.of_time_difference_and_grace(10, 2), Suppressed.until_window_closes(BufferConfig.unbounded())),
+        (TimeWindows.of_size_and_grace(10, 2), RATE_LIMITED),
+    ],
+    ids=["tumbling", "sliding", "rate_limited"],
+)
 def test_crash_at_every_write_boundary_then_rerun_equals_a_clean_run(spark, warehouse, windows, suppressed):
     """Batch b0 runs once; each run starts from a copy of its warehouse (a Delta table copied
     with its log is the same table), then b1 either runs cleanly or crashes before one write
@@ -84,6 +117,7 @@ def test_crash_at_every_write_boundary_then_rerun_equals_a_clean_run(spark, ware
         def fail(at):
             if at == point:
                 raise Crash(point)
+
         with pytest.raises(Crash):
             run(from_b0(point, fail), p, 1)
         rt = Runtime(spark.newSession(), f"{warehouse}/{point}", quality=False)
@@ -93,7 +127,7 @@ def test_crash_at_every_write_boundary_then_rerun_equals_a_clean_run(spark, ware
 
     outcomes = in_parallel([clean] + [lambda pt=pt: crash_at(pt) for pt in WRITE_POINTS])
     reference, crashed = outcomes[0], dict(outcomes[1:])
-    assert reference["output"] and reference["late"]          # every write point was exercised
+    assert reference["output"] and reference["late"]  # every write point was exercised
     assert ("buffer" in reference) == p.rate_limited
     for point, after in crashed.items():
         assert after == reference, f"crash before {point!r} write"
@@ -118,7 +152,7 @@ def test_ledger_rows_a_runtime_knows_are_not_trusted_for_a_ledger_created_again(
     run(first, p, 0)
     shutil.rmtree(first.tables(p).root)
     run(second, p, 1)
-    assert tables.latest_version(spark, first.tables(p).ledger) == 1   # the version `first` knows
+    assert tables.latest_version(spark, first.tables(p).ledger) == 1  # the version `first` knows
     again = run(first, p, 1)
     assert (again.status, again.seq) == ("already committed", 1)
 
@@ -162,12 +196,13 @@ def test_two_runners_of_one_batch_at_once_commit_it_once(spark, warehouse):
     def meet():
         try:
             gate.wait(300)
-        except threading.BrokenBarrierError:   # the other runner stopped before its commit point
+        except threading.BrokenBarrierError:  # the other runner stopped before its commit point
             pass
 
     def runner():
-        rt = Runtime(spark.newSession(), warehouse, quality=False,
-                     before_write=lambda at: at == "ledger_commit" and meet())
+        rt = Runtime(
+            spark.newSession(), warehouse, quality=False, before_write=lambda at: at == "ledger_commit" and meet()
+        )
         try:
             return run(rt, p, 1).status
         except ConcurrentBatchError as e:

@@ -1,4 +1,5 @@
 """The worked examples of the source documents, as tests: input rows in, expected rows out."""
+
 from datetime import timedelta as td
 
 import pytest
@@ -12,20 +13,32 @@ MIN = 60_000
 
 
 def pipeline(name, windows, *aggs):
-    return (Pipeline(name, timestamp="ts", arrival="seq").group_by("k").windowed_by(windows)
-            .aggregate(*(aggs or AGGREGATES)).suppress(FINAL).to("out"))
+    return (
+        Pipeline(name, timestamp="ts", arrival="seq")
+        .group_by("k")
+        .windowed_by(windows)
+        .aggregate(*(aggs or AGGREGATES))
+        .suppress(FINAL)
+        .to("out")
+    )
 
 
 def test_blog_w10_final_count_is_3_and_w12_waits_until_it_closes(spark, warehouse):
     # Blog: 2-minute windows, 2 minutes grace. Arrivals at 10, 11, 12, 13 (ts 11), 14 (ts 10).
     rt = Runtime(spark, warehouse, quality=False)
     p = pipeline("blog", TimeWindows.of_size_and_grace(td(minutes=2), td(minutes=2)), agg.count("events"))
-    arrivals = [("A", 10 * MIN, 1), ("A", 11 * MIN, 1), ("A", 12 * MIN, 1), ("A", 11 * MIN, 1), ("A", 14 * MIN, 1),
-                ("A", 10 * MIN, 1)]
+    arrivals = [
+        ("A", 10 * MIN, 1),
+        ("A", 11 * MIN, 1),
+        ("A", 12 * MIN, 1),
+        ("A", 11 * MIN, 1),
+        ("A", 14 * MIN, 1),
+        ("A", 10 * MIN, 1),
+    ]
     first = run_stream(rt, p, [arrivals])
     rows = results(rt, p)
-    assert [(r["window_start"], r["events"]) for r in rows] == [(10 * MIN, 3)]   # w10 final = 3
-    assert first[0].dropped_late == 1                                           # the event at 14, ts 10
+    assert [(r["window_start"], r["events"]) for r in rows] == [(10 * MIN, 3)]  # w10 final = 3
+    assert first[0].dropped_late == 1  # the event at 14, ts 10
     assert rt.read_late(p).count() == 1
     # w12 (count 1 so far) is emitted only once stream time reaches its close time, 16.
     run_stream(rt, p, [[("A", 15 * MIN, 1)]], ids=["b0001"])
@@ -33,22 +46,36 @@ def test_blog_w10_final_count_is_3_and_w12_waits_until_it_closes(spark, warehous
     run_stream(rt, p, [[("A", 16 * MIN, 1)]], ids=["b0002"])
     rows = results(rt, p)
     assert [(r["window_start"], r["events"], r["emitted_batch_id"]) for r in rows] == [
-        (10 * MIN, 3, "b0000"), (12 * MIN, 1, "b0002")]
+        (10 * MIN, 3, "b0000"),
+        (12 * MIN, 1, "b0002"),
+    ]
 
 
 def test_blog_alert_when_fewer_than_3_events_in_an_hour(spark, warehouse):
-    rt = Runtime(spark, warehouse)   # with the write-audit-publish quality gate
-    alerts = (Pipeline("user_alerts", timestamp="ts", arrival="seq")
-              .group_by("k")
-              .windowed_by(TimeWindows.of_size_and_grace(td(hours=1), td(minutes=10)))
-              .aggregate(agg.count("events"))
-              .suppress(FINAL).filter("events < 3").to("user_alert_windows"))
+    rt = Runtime(spark, warehouse)  # with the write-audit-publish quality gate
+    alerts = (
+        Pipeline("user_alerts", timestamp="ts", arrival="seq")
+        .group_by("k")
+        .windowed_by(TimeWindows.of_size_and_grace(td(hours=1), td(minutes=10)))
+        .aggregate(agg.count("events"))
+        .suppress(FINAL)
+        .filter("events < 3")
+        .to("user_alert_windows")
+    )
     h = 60 * MIN
-    batch = [("alice", 1 * MIN, 1), ("bob", 2 * MIN, 1), ("alice", 3 * MIN, 1), ("bob", 4 * MIN, 1),
-             ("bob", 5 * MIN, 1), ("carol", 59 * MIN, 1), ("bob", h + 5 * MIN, 1), ("bob", h + 11 * MIN, 1)]
+    batch = [
+        ("alice", 1 * MIN, 1),
+        ("bob", 2 * MIN, 1),
+        ("alice", 3 * MIN, 1),
+        ("bob", 4 * MIN, 1),
+        ("bob", 5 * MIN, 1),
+        ("carol", 59 * MIN, 1),
+        ("bob", h + 5 * MIN, 1),
+        ("bob", h + 11 * MIN, 1),
+    ]
     run_stream(rt, alerts, [batch])
     rows = results(rt, alerts)
-    assert [(r["k"], r["events"]) for r in rows] == [("alice", 2), ("carol", 1)]   # bob had 3: no alert
+    assert [(r["k"], r["events"]) for r in rows] == [("alice", 2), ("carol", 1)]  # bob had 3: no alert
     assert all(r["emitted_stream_time"] >= h + 10 * MIN for r in rows)
 
 
@@ -62,7 +89,14 @@ def test_kip450_four_records_make_seven_sliding_windows(spark, warehouse):
     run_stream(rt, p, [records, [("A", 100, 1)]])
     rows = [r for r in results(rt, p) if r["window_end"] <= 32]
     assert [(r["window_start"], r["window_end"], r["n"]) for r in rows] == [
-        (0, 10, 1), (4, 14, 2), (8, 18, 3), (11, 21, 2), (12, 22, 3), (15, 25, 2), (19, 29, 1)]
+        (0, 10, 1),
+        (4, 14, 2),
+        (8, 18, 3),
+        (11, 21, 2),
+        (12, 22, 3),
+        (15, 25, 2),
+        (19, 29, 1),
+    ]
 
 
 def test_kip450_hopping_with_1ms_advance_makes_more_windows_than_sliding(spark, warehouse):
@@ -77,28 +111,38 @@ def test_kip94_a_record_between_two_sessions_merges_exactly_those_two(spark, war
     # KIP-94: sessions [0,99] [150,200] [250,300] [350,400] (gap 30); a record at 225 falls within
     # the gap of the 2nd and 3rd only, which merge into [150,300]; the others stay as they were.
     rt = Runtime(spark, warehouse, quality=False)
-    p = pipeline("kip94", SessionWindows.of_inactivity_gap_and_grace(30, 1000), agg.count("n"),
-                 agg.collect_list("v", "vs"))
+    p = pipeline(
+        "kip94", SessionWindows.of_inactivity_gap_and_grace(30, 1000), agg.count("n"), agg.collect_list("v", "vs")
+    )
     sessions = [("A", t, t) for t in (0, 30, 60, 90, 99, 150, 175, 200, 250, 275, 300, 350, 375, 400)]
     run_stream(rt, p, [sessions, [("A", 225, 225)], [("A", 5000, 0)]])
     rows = results(rt, p)
     assert [(r["window_start"], r["window_end"], r["n"]) for r in rows if r["window_start"] < 5000] == [
-        (0, 99, 5), (150, 300, 7), (350, 400, 3)]
+        (0, 99, 5),
+        (150, 300, 7),
+        (350, 400, 3),
+    ]
     merged = next(r for r in rows if r["window_start"] == 150)
-    assert merged["vs"] == [150, 175, 200, 250, 275, 300, 225]   # arrival order
+    assert merged["vs"] == [150, 175, 200, 250, 275, 300, 225]  # arrival order
 
 
-@pytest.mark.parametrize("windows,model", [
-    (TimeWindows.of_size_and_grace(10, 5), ref.Tumbling(10, 5)),
-    (TimeWindows.of_size_and_grace(10, 3).advance_by(4), ref.Tumbling(10, 3, 4)),
-    (SlidingWindows.of_time_difference_and_grace(10, 4), ref.Sliding(10, 4)),
-    (SessionWindows.of_inactivity_gap_and_grace(5, 3), ref.Session(5, 3)),
-], ids=["tumbling", "hopping", "sliding", "session"])
+@pytest.mark.parametrize(
+    "windows,model",
+    [
+        (TimeWindows.of_size_and_grace(10, 5), ref.Tumbling(10, 5)),
+        (TimeWindows.of_size_and_grace(10, 3).advance_by(4), ref.Tumbling(10, 3, 4)),
+        (SlidingWindows.of_time_difference_and_grace(10, 4), ref.Sliding(10, 4)),
+        (SessionWindows.of_inactivity_gap_and_grace(5, 3), ref.Session(5, 3)),
+    ],
+    ids=["tumbling", "hopping", "sliding", "session"],
+)
 def test_out_of_order_and_late_records_match_the_reference_model(spark, warehouse, windows, model):
     rt = Runtime(spark, warehouse, quality=False)
     p = pipeline("ooo", windows)
-    batches = [[("A", 3, 1), ("B", 12, 2), ("A", 9, None), ("A", 1, 4)],
-               [("B", 25, 5), ("A", 14, 6), ("A", 11, 7), ("B", 7, 8), ("A", 30, 9)],
-               [("A", 60, 10), ("B", 61, 11)]]
+    batches = [
+        [("A", 3, 1), ("B", 12, 2), ("A", 9, None), ("A", 1, 4)],
+        [("B", 25, 5), ("A", 14, 6), ("A", 11, 7), ("B", 7, 8), ("A", 30, 9)],
+        [("A", 60, 10), ("B", 61, 11)],
+    ]
     run_stream(rt, p, batches)
     assert results(rt, p) == expected(ref.run(model, batches))

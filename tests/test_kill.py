@@ -3,6 +3,7 @@ killed with SIGKILL (its JVM goes with it) at chosen write points of batch b1, o
 moment of b1 with the whole process group. Re-running b1 and b2 then leaves every table (results,
 state, ledger, metrics, late records) exactly as a clean run leaves it: no final row duplicated,
 none missing."""
+
 import os
 import random
 import signal
@@ -39,14 +40,19 @@ for batch in range(2):
     run(rt, pipeline("killed"), batch)
 print("DONE", flush=True)
 """
-DETERMINISTIC = ("state", "output", "ledger_commit", "publish")   # state, staging, commit, publication
+DETERMINISTIC = ("state", "output", "ledger_commit", "publish")  # state, staging, commit, publication
 RANDOM_KILLS = 1
 
 
 def _killed_run(warehouse: str, point: str, delay: float | None) -> str:
     """Run b0 and b1 in a child process, SIGKILLed at ``point`` of b1 or ``delay`` seconds into b1."""
-    child = subprocess.Popen([sys.executable, "-c", CHILD.format(tests=str(TESTS)), warehouse, point],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD.format(tests=str(TESTS)), warehouse, point],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     seen = []
     for line in child.stdout:
         seen.append(line.strip())
@@ -56,7 +62,7 @@ def _killed_run(warehouse: str, point: str, delay: float | None) -> str:
             break
     child.wait(timeout=600)
     try:
-        os.killpg(child.pid, signal.SIGKILL)   # the JVM, if it outlived its parent
+        os.killpg(child.pid, signal.SIGKILL)  # the JVM, if it outlived its parent
     except ProcessLookupError:
         pass
     assert child.returncode == -signal.SIGKILL, seen

@@ -1,7 +1,9 @@
-"""Exactly once as operators run it (SPEC 4 and 6): overlapping attempts of one batch, other
+"""Exactly once as operators run it (docs/design.md#crashes-and-re-runs): overlapping attempts of one
+batch, other
 writers' commits between or during attempts, a failed gate or bad input followed by corrected
 input (two replays at once: test_replay). Each case ends with the tables of a clean run, or
 with a clean error and nothing that needs editing by hand."""
+
 import json
 import threading
 
@@ -23,7 +25,7 @@ from framework import (
 )
 from framework.storage import tables
 
-FIXED_B1 = [("A", 25, 40), ("A", 3, 5), ("B", 14, 6), ("B", 31, 7)]   # b1 with A@25 corrected: 4 -> 40
+FIXED_B1 = [("A", 25, 40), ("A", 3, 5), ("B", 14, 6), ("B", 31, 7)]  # b1 with A@25 corrected: 4 -> 40
 
 
 def _offset(index):
@@ -69,18 +71,20 @@ def _in_thread(work):
             outcome["value"] = work()
         except BaseException as e:  # noqa: BLE001 - handed to the test
             outcome["error"] = e
+
     thread = threading.Thread(target=target)
     thread.start()
 
     def join():
         thread.join(600)
         return outcome
+
     return join
 
 
 def _maintain(spark, path, vacuum=True):
     """What an operator (or the README) does to a table: properties, compaction, VACUUM within retention."""
-    spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.parallelism", "2")   # VACUUM's listing tasks
+    spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.parallelism", "2")  # VACUUM's listing tasks
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.logRetentionDuration' = 'interval 60 days')")
     spark.sql(f"OPTIMIZE delta.`{path}`")
     if vacuum:
@@ -89,26 +93,43 @@ def _maintain(spark, path, vacuum=True):
 
 def _tables(rt, p):
     t = rt.tables(p)
-    return [path for path in (t.ledger, t.state, t.records, t.output, t.late, t.metrics)
-            if tables.exists(rt.spark, path)]
+    return [
+        path for path in (t.ledger, t.state, t.records, t.output, t.late, t.metrics) if tables.exists(rt.spark, path)
+    ]
 
 
 # ---- 1. a failed quality gate, then corrected input -------------------------------------------
 def test_a_batch_failing_its_gate_reruns_with_corrected_input_and_holds_off_the_next(spark, tmp_path):
     suites = tmp_path / "suites"
     suites.mkdir()
-    (suites / "gated.json").write_text(json.dumps({"name": "gated", "expectations": [
-        {"type": "expect_column_values_to_be_between", "kwargs": {"column": "total", "max_value": 100},
-         "meta": {"severity": "critical"}}]}))
-    p = (Pipeline("gated", timestamp="ts", arrival="seq").group_by("k")
-         .windowed_by(TimeWindows.of_size_and_grace(10, 0)).aggregate(agg.sum("v", "total"))
-         .suppress(Suppressed.until_window_closes(BufferConfig.unbounded())).to("out"))
+    (suites / "gated.json").write_text(
+        json.dumps(
+            {
+                "name": "gated",
+                "expectations": [
+                    {
+                        "type": "expect_column_values_to_be_between",
+                        "kwargs": {"column": "total", "max_value": 100},
+                        "meta": {"severity": "critical"},
+                    }
+                ],
+            }
+        )
+    )
+    p = (
+        Pipeline("gated", timestamp="ts", arrival="seq")
+        .group_by("k")
+        .windowed_by(TimeWindows.of_size_and_grace(10, 0))
+        .aggregate(agg.sum("v", "total"))
+        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+        .to("out")
+    )
     rt = Runtime(spark, str(tmp_path / "lake"), expectations=str(suites))
     bad, good = [("A", 1, 1), ("A", 2, 500), ("A", 30, 1)], [("A", 1, 1), ("A", 2, 5), ("A", 30, 1)]
     with pytest.raises(QualityGateError, match="Fix the input or the suite"):
         rt.run_batch(p, "b0", frame(spark, bad))
     with pytest.raises(BatchOrderError, match=r"batch 'b0' \(seq 1\) was attempted and has not committed"):
-        rt.run_batch(p, "b1", frame(spark, [("A", 40, 1)], 3))   # b0's records would be skipped
+        rt.run_batch(p, "b1", frame(spark, [("A", 40, 1)], 3))  # b0's records would be skipped
     assert rt.run_batch(p, "b0", frame(spark, good)).status == "committed"
     assert [(r.k, r.total) for r in rt.read_output(p).collect()] == [("A", 6)]
     assert rt.run_batch(p, "b1", frame(spark, [("A", 40, 1)], 3)).seq == 2
@@ -117,7 +138,9 @@ def test_a_batch_failing_its_gate_reruns_with_corrected_input_and_holds_off_the_
 
 # ---- 2. a retry beside a live first attempt ---------------------------------------------------
 @pytest.mark.parametrize("paused_at, retry_input", [("ledger_commit", "same"), ("state", "corrected")])
-def test_a_retry_beside_a_live_first_attempt_writes_the_batch_once(spark, warehouse, tmp_path_factory, paused_at, retry_input):
+def test_a_retry_beside_a_live_first_attempt_writes_the_batch_once(
+    spark, warehouse, tmp_path_factory, paused_at, retry_input
+):
     """The first attempt stops before ``paused_at`` (a zombie); the retry runs the batch to its
     end; then the zombie goes on: it finds itself fenced out, and the tables are one attempt's."""
     p = pipeline("overlap")
@@ -148,6 +171,7 @@ def test_maintenance_between_a_crash_and_the_rerun_changes_nothing(spark, wareho
     def crash(at):
         if at == crash_at:
             raise Crash(at)
+
     with pytest.raises(Crash):
         run(Runtime(spark, lake, quality=False, before_write=crash), p, 1)
     rt = Runtime(spark.newSession(), lake, quality=False)
@@ -170,6 +194,7 @@ def test_maintenance_during_a_batch_changes_nothing(spark, warehouse, tmp_path_f
         if at in ("state", "ledger_commit", "publish"):
             for path in _tables(Runtime(other, lake, quality=False), p):
                 _maintain(other, path, vacuum=at == "publish")
+
     rt = Runtime(spark.newSession(), lake, quality=False, before_write=meanwhile)
     assert run(rt, p, 1).status == "committed"
     run(rt, p, 2)
@@ -178,11 +203,16 @@ def test_maintenance_during_a_batch_changes_nothing(spark, warehouse, tmp_path_f
 
 # ---- 5. input that fails deep in Spark, after validation --------------------------------------
 def test_an_overflow_found_while_planning_fails_cleanly_and_corrected_input_runs(spark, warehouse):
-    p = (Pipeline("overflow", timestamp="ts", arrival="seq").group_by("k")
-         .windowed_by(TimeWindows.of_size_and_grace(10, 0)).aggregate(agg.sum("v", "total"))
-         .suppress(Suppressed.until_window_closes(BufferConfig.unbounded())).to("out"))
+    p = (
+        Pipeline("overflow", timestamp="ts", arrival="seq")
+        .group_by("k")
+        .windowed_by(TimeWindows.of_size_and_grace(10, 0))
+        .aggregate(agg.sum("v", "total"))
+        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+        .to("out")
+    )
     rt = Runtime(spark, warehouse, quality=False)
-    huge = 2 ** 62
+    huge = 2**62
     with pytest.raises(BatchFailedError, match=r"pipeline 'overflow', batch 'b0': failed while .*overflow"):
         rt.run_batch(p, "b0", frame(spark, [("A", 1, huge), ("A", 2, huge), ("A", 30, 1)]))
     assert rt.run_batch(p, "b0", frame(spark, [("A", 1, 1), ("A", 2, 2), ("A", 30, 1)])).status == "committed"
@@ -199,6 +229,7 @@ def test_a_crashed_attempt_reruns_with_corrected_input(spark, warehouse, tmp_pat
     def crash(at):
         if at == "ledger_commit":
             raise Crash(at)
+
     with pytest.raises(Crash):
         run(Runtime(spark, lake, quality=False, before_write=crash), p, 1)
     rt = Runtime(spark.newSession(), lake, quality=False)
@@ -218,8 +249,9 @@ def test_a_maintenance_commit_between_two_attempts_reads_lets_only_one_commit(sp
     assert first_paused.reached.wait(300)
     rt = Runtime(spark.newSession(), lake, quality=False)
     _maintain(rt.spark, rt.tables(p).ledger, vacuum=False)
-    second = _in_thread(lambda: run(Runtime(spark.newSession(), lake, quality=False, before_write=second_paused),
-                                    p, 1, FIXED_B1))
+    second = _in_thread(
+        lambda: run(Runtime(spark.newSession(), lake, quality=False, before_write=second_paused), p, 1, FIXED_B1)
+    )
     assert second_paused.reached.wait(300)
     first_paused.go.set()
     assert first().get("value").status == "committed"

@@ -4,6 +4,7 @@ needs no Airflow.
 The wheel goes into a fresh virtualenv that borrows this one's site-packages through a ``.pth``
 file (downloading pyspark again would be slow), while the batch's process refuses ``airflow``.
 """
+
 import json
 import os
 import shutil
@@ -71,8 +72,11 @@ def _wheel(tmp: Path) -> Path:
     shutil.copytree(ROOT / "framework", src / "framework", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp / "dist"), str(src)],
-                   check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp / "dist"), str(src)],
+        check=True,
+        timeout=300,
+    )
     (wheel,) = (tmp / "dist").glob("finalresults-*.whl")
     return wheel
 
@@ -86,28 +90,49 @@ def test_the_wheel_gates_a_batch_outside_the_checkout_without_airflow(tmp_path):
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
-                   check=True, timeout=300)
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
+        check=True,
+        timeout=300,
+    )
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     Path(purelib, "borrowed.pth").write_text(sysconfig.get_path("purelib") + "\n")
 
     work = tmp_path / "elsewhere"
     work.mkdir()
     (work / "batch.py").write_text(BATCH)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYSPARK_GATEWAY_PORT",
-                        "FINALRESULTS_EXPECTATIONS")}
-    done = subprocess.run([python, "batch.py", str(tmp_path / "lake")], cwd=work, env=env,
-                          capture_output=True, text=True, timeout=600)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "PYTHONPATH",
+            "PYSPARK_PYTHON",
+            "PYSPARK_DRIVER_PYTHON",
+            "PYSPARK_GATEWAY_PORT",
+            "FINALRESULTS_EXPECTATIONS",
+        )
+    }
+    done = subprocess.run(
+        [python, "batch.py", str(tmp_path / "lake")], cwd=work, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
 
-    assert Path(out["framework"]).is_relative_to(env_dir)   # the wheel's copy, not the checkout's
+    assert Path(out["framework"]).is_relative_to(env_dir)  # the wheel's copy, not the checkout's
     assert (out["status"], out["emitted"]) == ("committed", 2)
-    kinds = {name.partition("(")[0] for name, _ in out["checks"]}   # the template's, found in the wheel
-    assert {"expect_compound_columns_to_be_unique", "expect_column_values_to_not_be_null",
-            "expect_column_pair_values_a_to_be_greater_than_b", "expect_column_values_to_be_between"} <= kinds
+    kinds = {name.partition("(")[0] for name, _ in out["checks"]}  # the template's, found in the wheel
+    assert {
+        "expect_compound_columns_to_be_unique",
+        "expect_column_values_to_not_be_null",
+        "expect_column_pair_values_a_to_be_greater_than_b",
+        "expect_column_values_to_be_between",
+    } <= kinds
     assert all(success for _, success in out["checks"]), out["checks"]
     assert "finalresults[airflow]" in out["dag_factory"]
     assert out["airflow_modules"] == []

@@ -3,9 +3,10 @@
 For each generated stream the pipeline runs twice: as one batch, and split at random places
 (anything from two batches to one record per batch). Each run must equal the reference model
 for its split, window bounds, values, emitting batch and stream time included; and the final
-rows (key, window, aggregates) must be identical across the splits (SPEC 3.2, batch-split
-invariance). The fixed streams of ``test_examples`` add the cases chosen by hand.
+rows (key, window, aggregates) must be identical across the splits (batch-split
+invariance, docs/design.md#batch-split-invariance). The fixed streams of ``test_examples`` add the cases chosen by hand.
 """
+
 import tempfile
 import uuid
 
@@ -24,8 +25,11 @@ WINDOWS = {
     "session": (lambda g: SessionWindows.of_inactivity_gap_and_grace(4, g), lambda g: ref.Session(4, g)),
 }
 
-records = st.lists(st.tuples(st.sampled_from(["A", "B"]), st.integers(0, 40),
-                             st.one_of(st.none(), st.integers(-5, 20))), min_size=3, max_size=6)
+records = st.lists(
+    st.tuples(st.sampled_from(["A", "B"]), st.integers(0, 40), st.one_of(st.none(), st.integers(-5, 20))),
+    min_size=3,
+    max_size=6,
+)
 
 
 @st.composite
@@ -44,9 +48,14 @@ def _check(spark, kind, data):
 
     def run(label):
         name = f"{kind}_{label}_{uuid.uuid4().hex[:8]}"
-        p = (Pipeline(name, timestamp="ts", arrival="seq").group_by("k").windowed_by(make(grace))
-             .aggregate(*AGGREGATES).suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
-             .to("out"))
+        p = (
+            Pipeline(name, timestamp="ts", arrival="seq")
+            .group_by("k")
+            .windowed_by(make(grace))
+            .aggregate(*AGGREGATES)
+            .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+            .to("out")
+        )
         rt = Runtime(spark.newSession(), lake, quality=False)
         run_stream(rt, p, splits[label])
         return label, results(rt, p) if tables.exists(rt.spark, rt.tables(p).output) else []
@@ -54,17 +63,19 @@ def _check(spark, kind, data):
     got = dict(in_parallel([lambda label=label: run(label) for label in splits]))
     for label, batches in splits.items():
         assert got[label] == expected(ref.run(model(grace), batches)), f"{kind} split={label}"
-    final = {label: [{k: v for k, v in r.items() if not k.startswith("emitted")} for r in rows]
-             for label, rows in got.items()}
+    final = {
+        label: [{k: v for k, v in r.items() if not k.startswith("emitted")} for r in rows]
+        for label, rows in got.items()
+    }
     assert final["one"] == final["random"]
 
 
 def _property(kind):
-    @settings(max_examples=2, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(max_examples=2, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
     @given(data=streams())
     def test(spark, data):
         _check(spark, kind, data)
+
     test.__name__ = f"test_{kind}_matches_reference_model_for_any_batch_split"
     return test
 

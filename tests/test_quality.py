@@ -1,9 +1,9 @@
-"""Great Expectations quality gate (SPEC section 7): real Spark, Delta and GX, no mocks."""
+"""Great Expectations quality gate (docs/design.md#quality-gate): real Spark, Delta and GX, no mocks."""
+
 import datetime as dt
 import json
 import os
 from datetime import timedelta as td
-from pathlib import Path
 
 import pytest
 from harness import frame
@@ -11,19 +11,23 @@ from pyspark.sql import functions as F
 
 from framework import BufferConfig, Pipeline, QualityGateError, Runtime, SessionWindows, Suppressed, TimeWindows, agg
 from framework.operations import quality
-from framework.orchestration.jobs import load_job
 
 T = dt.datetime
-FINAL = ("user_id string, window_start timestamp, window_end timestamp, events long, "
-         "emitted_batch_id string, emitted_stream_time timestamp")
+FINAL = (
+    "user_id string, window_start timestamp, window_end timestamp, events long, "
+    "emitted_batch_id string, emitted_stream_time timestamp"
+)
 
 
 def hourly(name="user_alerts"):
-    return (Pipeline(name, timestamp="ts", arrival="seq").group_by("user_id")
-            .windowed_by(TimeWindows.of_size_and_grace(td(hours=1), td(minutes=10)))
-            .aggregate(agg.count("events"))
-            .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
-            .to("user_alert_windows"))
+    return (
+        Pipeline(name, timestamp="ts", arrival="seq")
+        .group_by("user_id")
+        .windowed_by(TimeWindows.of_size_and_grace(td(hours=1), td(minutes=10)))
+        .aggregate(agg.count("events"))
+        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+        .to("user_alert_windows")
+    )
 
 
 def row(user, hour, events, batch, emitted_at):
@@ -40,57 +44,48 @@ def suites(tmp_path):
     """A directory of per-pipeline suite files: user_alerts caps events at 10 (critical) and warns above 2."""
     path = tmp_path / "expectations"
     path.mkdir()
-    (path / "user_alerts.json").write_text(json.dumps({"name": "user_alerts", "expectations": [
-        {"type": "expect_column_values_to_be_between", "kwargs": {"column": "events", "max_value": 10},
-         "meta": {"severity": "critical"}},
-        {"type": "expect_column_max_to_be_between", "kwargs": {"column": "events", "max_value": 2},
-         "meta": {"severity": "warning"}}]}))
+    (path / "user_alerts.json").write_text(
+        json.dumps(
+            {
+                "name": "user_alerts",
+                "expectations": [
+                    {
+                        "type": "expect_column_values_to_be_between",
+                        "kwargs": {"column": "events", "max_value": 10},
+                        "meta": {"severity": "critical"},
+                    },
+                    {
+                        "type": "expect_column_max_to_be_between",
+                        "kwargs": {"column": "events", "max_value": 2},
+                        "meta": {"severity": "warning"},
+                    },
+                ],
+            }
+        )
+    )
     return path
 
 
-def test_suite_is_the_template_for_the_window_type_plus_the_pipeline_file(suites):
-    own = quality.load_suite(hourly(), suites)
-    kinds = [(e.expectation_type, e.meta["severity"], e.meta["source"]) for e in own.expectations]
-    assert ("expect_compound_columns_to_be_unique", "critical", "template") in kinds
-    assert ("expect_column_values_to_be_between", "critical", "user_alerts.json") in kinds
-    assert ("expect_column_max_to_be_between", "warning", "user_alerts.json") in kinds
-    [unique] = [e for e in own.expectations if e.expectation_type == "expect_compound_columns_to_be_unique"]
-    assert unique.column_list == ["user_id", "window_start", "window_end"]
-
-    sessions = (Pipeline("visits").group_by("user_id")
-                .windowed_by(SessionWindows.of_inactivity_gap_and_grace(td(minutes=5), td(0)))
-                .aggregate(agg.count("n")).to("visits_by_session"))   # emit-on-update: no close check
-    pairs = {(e.column_A, e.column_B): e.or_equal for e in quality.load_suite(sessions, suites).expectations
-             if e.expectation_type == "expect_column_pair_values_a_to_be_greater_than_b"}
-    assert pairs == {("window_end", "window_start"): True}
-
-
-def test_a_rate_limited_log_repeats_windows_so_it_gets_no_uniqueness_or_close_check():
-    job = Path(__file__).resolve().parents[1] / "jobs" / "sliding_metric.py"
-    suite = quality.load_suite(load_job(str(job)).PIPELINE)   # a rate-limited sliding-window sink
-    kinds = {(e.expectation_type, e.meta["source"]) for e in suite.expectations}
-    assert ("expect_compound_columns_to_be_unique", "template") not in kinds
-    assert ("expect_column_values_to_not_be_null", "template") in kinds
-    assert ("expect_column_values_to_be_between", "sliding_metric.json") in kinds
-    pairs = {(e.column_A, e.column_B) for e in suite.expectations
-             if e.expectation_type == "expect_column_pair_values_a_to_be_greater_than_b"}
-    assert pairs == {("window_end", "window_start")}
-
-
 def test_template_checks_bounds_nulls_counts_and_emission_after_close(spark):
-    sessions = (Pipeline("visits").group_by("user_id")
-                .windowed_by(SessionWindows.of_inactivity_gap_and_grace(td(minutes=5), td(minutes=1)))
-                .aggregate(agg.count("events"))
-                .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
-                .to("visits_by_session"))
-    close = td(minutes=6, milliseconds=1)   # a session closes at end + 1 ms + gap + grace
+    sessions = (
+        Pipeline("visits")
+        .group_by("user_id")
+        .windowed_by(SessionWindows.of_inactivity_gap_and_grace(td(minutes=5), td(minutes=1)))
+        .aggregate(agg.count("events"))
+        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+        .to("visits_by_session")
+    )
+    close = td(minutes=6, milliseconds=1)  # a session closes at end + 1 ms + gap + grace
     end = T(2026, 1, 1, 0, 30)
-    df = spark.createDataFrame([
-        ("single", end, end, 1, "b1", end + close),                                  # fine: start == end
-        ("early", T(2026, 1, 1, 0, 10), end, 2, "b1", end + close - td(milliseconds=1)),
-        ("reversed", end, T(2026, 1, 1, 0, 10), 2, "b1", end + close),
-        (None, T(2026, 1, 1, 0, 10), end, 0, "b1", end + close),
-    ], FINAL)
+    df = spark.createDataFrame(
+        [
+            ("single", end, end, 1, "b1", end + close),  # fine: start == end
+            ("early", T(2026, 1, 1, 0, 10), end, 2, "b1", end + close - td(milliseconds=1)),
+            ("reversed", end, T(2026, 1, 1, 0, 10), 2, "b1", end + close),
+            (None, T(2026, 1, 1, 0, 10), end, 0, "b1", end + close),
+        ],
+        FINAL,
+    )
 
     report = quality.validate(spark, sessions, df, "b1")
 
@@ -98,10 +93,10 @@ def test_template_checks_bounds_nulls_counts_and_emission_after_close(spark):
     assert failed(report) == [
         "expect_column_pair_values_a_to_be_greater_than_b(column_A=emitted_stream_time, column_B=close_time, "
         "or_equal=True)",
-        "expect_column_pair_values_a_to_be_greater_than_b(column_A=window_end, column_B=window_start, "
-        "or_equal=True)",
+        "expect_column_pair_values_a_to_be_greater_than_b(column_A=window_end, column_B=window_start, or_equal=True)",
         "expect_column_values_to_be_between(column=events, min_value=1)",
-        "expect_column_values_to_not_be_null(column=user_id)"]
+        "expect_column_values_to_not_be_null(column=user_id)",
+    ]
     [late] = [c for c in report.checks if "close_time" in c.expectation]
     assert late.observed == "1 of 4 rows unexpected" and late.examples[0]["user_id"] == "early"
 
@@ -110,14 +105,29 @@ def test_gate_records_warnings_and_refuses_a_batch_failing_a_critical_expectatio
     p = hourly()
     published = spark.createDataFrame([row("a", 0, 2, "b1", T(2026, 1, 1, 1, 10))], FINAL)
 
-    passed = quality.gate(spark, p, spark.createDataFrame([row("b", 0, 3, "b2", T(2026, 1, 1, 1, 30))], FINAL),
-                          published, "b2", warehouse, expectations_dir=suites)
+    passed = quality.gate(
+        spark,
+        p,
+        spark.createDataFrame([row("b", 0, 3, "b2", T(2026, 1, 1, 1, 30))], FINAL),
+        published,
+        "b2",
+        warehouse,
+        expectations_dir=suites,
+    )
     assert passed.success
-    assert [c.expectation for c in passed.failed_warnings] == ["expect_column_max_to_be_between(column=events, "
-                                                               "max_value=2)"]
+    assert [c.expectation for c in passed.failed_warnings] == [
+        "expect_column_max_to_be_between(column=events, max_value=2)"
+    ]
     with pytest.raises(QualityGateError) as error:
-        quality.gate(spark, p, spark.createDataFrame([row("c", 1, 50, "b3", T(2026, 1, 1, 2, 10))], FINAL),
-                     published, "b3", warehouse, expectations_dir=suites)
+        quality.gate(
+            spark,
+            p,
+            spark.createDataFrame([row("c", 1, 50, "b3", T(2026, 1, 1, 2, 10))], FINAL),
+            published,
+            "b3",
+            warehouse,
+            expectations_dir=suites,
+        )
 
     message = str(error.value)
     assert "batch 'b3'" in message and "1 critical expectation(s) failed" in message
@@ -126,32 +136,41 @@ def test_gate_records_warnings_and_refuses_a_batch_failing_a_critical_expectatio
     assert '"user_id": "c"' in message and "expect_column_max_to_be_between" not in message
     results = spark.read.format("delta").load(os.path.join(warehouse, "quality_results"))
     assert {(r.batch_id, r.severity, r.success) for r in results.filter("NOT success").collect()} == {
-        ("b2", "warning", False), ("b3", "warning", False), ("b3", "critical", False)}
+        ("b2", "warning", False),
+        ("b3", "warning", False),
+        ("b3", "critical", False),
+    }
     assert results.filter("batch_id = 'b2'").count() == len(passed.checks) == 10
     index = os.path.join(warehouse, "data_docs", "index.html")
     assert os.path.isfile(index) and "user_alerts" in open(index).read()
-    assert passed.docs.startswith("file://") and os.path.isfile(passed.docs[len("file://"):])
+    assert passed.docs.startswith("file://") and os.path.isfile(passed.docs[len("file://") :])
 
 
 def test_a_window_published_by_an_earlier_batch_fails_the_gate_and_the_table_check(spark, warehouse):
     p = hourly("hourly_counts")
     rt = Runtime(spark, warehouse)
-    records = [("a", 0, 1), ("a", 60_000, 1), ("b", 90_000, 1), ("a", 2 * 3_600_000, 1)]   # closes hour 0
+    records = [("a", 0, 1), ("a", 60_000, 1), ("b", 90_000, 1), ("a", 2 * 3_600_000, 1)]  # closes hour 0
     rt.run_batch(p, "b1", frame(spark, records).withColumnRenamed("k", "user_id"))
     table = rt.read_output(p)
     assert table.count() == 2 and quality.validate_table(spark, p, table).success
 
     again = table.filter("user_id = 'a'").withColumn("emitted_batch_id", F.lit("b3"))
-    assert quality.validate(spark, p, again, "b3").success   # within the batch alone nothing is wrong
-    with pytest.raises(QualityGateError, match=r"expect_compound_columns_to_be_unique.*2 of 2 rows unexpected"
-                                               r"(?s:.*)\"_origin\": \"published\""):
+    assert quality.validate(spark, p, again, "b3").success  # within the batch alone nothing is wrong
+    with pytest.raises(
+        QualityGateError,
+        match=r"expect_compound_columns_to_be_unique.*2 of 2 rows unexpected"
+        r"(?s:.*)\"_origin\": \"published\"",
+    ):
         quality.gate(spark, p, again, table, "b3", warehouse)
 
-    again.write.format("delta").mode("append").save(rt.tables(p).output)   # as a broken writer would
+    again.write.format("delta").mode("append").save(rt.tables(p).output)  # as a broken writer would
     report = quality.validate_table(spark, p, spark.read.format("delta").load(rt.tables(p).output))
     assert [(c.expectation, c.observed) for c in report.failed_critical] == [
-        ("expect_compound_columns_to_be_unique(column_list=['user_id', 'window_start', 'window_end'])",
-         "2 of 3 rows unexpected")]
+        (
+            "expect_compound_columns_to_be_unique(column_list=['user_id', 'window_start', 'window_end'])",
+            "2 of 3 rows unexpected",
+        )
+    ]
     with pytest.raises(QualityGateError, match=r"pipeline 'hourly_counts': 1 critical expectation\(s\) failed"):
         report.raise_for_failures()
 
@@ -162,12 +181,28 @@ def test_run_batch_publishes_nothing_when_a_critical_expectation_fails_and_rerun
     strict, fixed = tmp_path / "strict", tmp_path / "fixed"
     for path, cap in ((strict, 1), (fixed, 10)):
         path.mkdir()
-        (path / "gated.json").write_text(json.dumps({"name": "gated", "expectations": [
-            {"type": "expect_column_values_to_be_between", "kwargs": {"column": "n", "max_value": cap},
-             "meta": {"severity": "critical"}}]}))
-    p = (Pipeline("gated", timestamp="ts", arrival="seq").group_by("k")
-         .windowed_by(TimeWindows.of_size_and_grace(10, 0)).aggregate(agg.count("n"))
-         .suppress(Suppressed.until_window_closes(BufferConfig.unbounded())).to("out"))
+        (path / "gated.json").write_text(
+            json.dumps(
+                {
+                    "name": "gated",
+                    "expectations": [
+                        {
+                            "type": "expect_column_values_to_be_between",
+                            "kwargs": {"column": "n", "max_value": cap},
+                            "meta": {"severity": "critical"},
+                        }
+                    ],
+                }
+            )
+        )
+    p = (
+        Pipeline("gated", timestamp="ts", arrival="seq")
+        .group_by("k")
+        .windowed_by(TimeWindows.of_size_and_grace(10, 0))
+        .aggregate(agg.count("n"))
+        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+        .to("out")
+    )
     warehouse = str(tmp_path / "lake")
     batch = frame(spark, [("A", 1, 1), ("A", 2, 1), ("A", 30, 1)])
     with pytest.raises(QualityGateError, match=r"expect_column_values_to_be_between.*n"):

@@ -7,10 +7,11 @@ record as ``(key, value, buffer time)`` in eviction order, and the emissions as
 buffer itself (every slot checked), and through Spark and Delta as one batch and as one batch
 per record (the emitted rows, their stream time and their batch).
 
-SPEC 3.6 differs from the KIP's drawings in one respect: an update keeps the key's buffer time
-(the KIP draws the newer timestamp in the slot; Kafka's buffer keeps the first one). Where that
-changes an outcome, the test says so.
+The framework's rule (docs/design.md#suppression) differs from the KIP's drawings in one respect: an
+update keeps the key's buffer time (the KIP draws the newer timestamp in the slot; Kafka's buffer
+keeps the first one). Where that changes an outcome, the test says so.
 """
+
 import random
 from datetime import timedelta as td
 
@@ -40,8 +41,13 @@ STRING = "string"
 
 
 def pipeline(name, limit, buffer):
-    return (Pipeline(name, timestamp="ts", arrival="seq").group_by("k").aggregate(agg.latest("v", "v"))
-            .suppress(Suppressed.until_time_limit(limit, buffer).with_name("rate")).to("out"))
+    return (
+        Pipeline(name, timestamp="ts", arrival="seq")
+        .group_by("k")
+        .aggregate(agg.latest("v", "v"))
+        .suppress(Suppressed.until_time_limit(limit, buffer).with_name("rate"))
+        .to("out")
+    )
 
 
 def slots_and_emits(limit, buffer, records):
@@ -50,13 +56,14 @@ def slots_and_emits(limit, buffer, records):
     buf = eviction.Buffer(limit_ms, buffer.record_limit, buffer.byte_limit, eager=not hasattr(buffer, "when_full"))
     values, st, slots, emits = {}, None, [], []
     for offset, (key, value, ts) in enumerate(records):
-        before, st = (st if st is not None else -(2 ** 63)), ts if st is None else max(st, ts)
+        before, st = (st if st is not None else -(2**63)), ts if st is None else max(st, ts)
         values[offset] = value
         for c in buf.process(eviction.Update((key,), (key,), offset, before, st, ts, len(value), offset)):
             if c.kind == "emit":
                 emits.append((c.entry.ident[0], values[c.entry.ref], offset))
-        slots.append([(e.ident[0], values[e.ref], e.time)
-                      for e in sorted(buf.entries.values(), key=lambda e: (e.time, e.order))])
+        slots.append(
+            [(e.ident[0], values[e.ref], e.time) for e in sorted(buf.entries.values(), key=lambda e: (e.time, e.order))]
+        )
     return slots, emits
 
 
@@ -82,8 +89,12 @@ def spark_runs(spark, tmp_path_factory):
         last = run_stream(rt, p, [stream] if split == "one" else [[r] for r in stream], value_type=STRING)[-1]
         rows = []
         if tables.exists(rt.spark, rt.tables(p).output):
-            rows = sorted(tuple(r) for r in rt.read_output(p).selectExpr(
-                "k", "v", "emitted_batch_id", "unix_millis(emitted_stream_time) AS st").collect())
+            rows = sorted(
+                tuple(r)
+                for r in rt.read_output(p)
+                .selectExpr("k", "v", "emitted_batch_id", "unix_millis(emitted_stream_time) AS st")
+                .collect()
+            )
         return (name, split), (rows, last)
 
     jobs = [lambda n=n, s=s: run(n, s) for n in TABLES for s in ("one", "each")]
@@ -93,7 +104,7 @@ def spark_runs(spark, tmp_path_factory):
 def check(spark_runs, name):
     limit, buffer, records, slots, emits = TABLES[name]
     assert slots_and_emits(limit, buffer, records) == (slots, emits)
-    times = [max(ts for _, _, ts in records[:i + 1]) for i in range(len(records))]
+    times = [max(ts for _, _, ts in records[: i + 1]) for i in range(len(records))]
     for split in ("one", "each"):
         rows, last = spark_runs[(name, split)]
         assert rows == sorted((k, v, "b0000" if split == "one" else f"b{at:04d}", times[at]) for k, v, at in emits)
@@ -102,72 +113,102 @@ def check(spark_runs, name):
             assert last.metrics["suppression_emit_total"] == len(emits)
 
 
-table("overwrite", FOREVER, BufferConfig.unbounded(),
-      [("A", "x", 0), ("A", "y", 1)],
-      slots=[[("A", "x", 0)], [("A", "y", 0)]], emits=[])
+table(
+    "overwrite",
+    FOREVER,
+    BufferConfig.unbounded(),
+    [("A", "x", 0), ("A", "y", 1)],
+    slots=[[("A", "x", 0)], [("A", "y", 0)]],
+    emits=[],
+)
 
 
 def test_an_update_overwrites_the_value_and_keeps_the_buffer_time(spark_runs):
     check(spark_runs, "overwrite")
 
 
-table("overwrite_earlier", FOREVER, BufferConfig.unbounded(),
-      [("A", "x", 1), ("A", "w", 0)],
-      slots=[[("A", "x", 1)], [("A", "w", 1)]], emits=[])
+table(
+    "overwrite_earlier",
+    FOREVER,
+    BufferConfig.unbounded(),
+    [("A", "x", 1), ("A", "w", 0)],
+    slots=[[("A", "x", 1)], [("A", "w", 1)]],
+    emits=[],
+)
 
 
 def test_an_earlier_update_by_time_still_overwrites_in_offset_order(spark_runs):
     check(spark_runs, "overwrite_earlier")
 
 
-table("key_limit", FOREVER, BufferConfig.max_records(2),
-      [("A", "w", 0), ("A", "x", 1), ("B", "y", 2), ("C", "z", 3)],
-      slots=[[("A", "w", 0)], [("A", "x", 0)], [("A", "x", 0), ("B", "y", 2)], [("B", "y", 2), ("C", "z", 3)]],
-      emits=[("A", "x", 3)])
+table(
+    "key_limit",
+    FOREVER,
+    BufferConfig.max_records(2),
+    [("A", "w", 0), ("A", "x", 1), ("B", "y", 2), ("C", "z", 3)],
+    slots=[[("A", "w", 0)], [("A", "x", 0)], [("A", "x", 0), ("B", "y", 2)], [("B", "y", 2), ("C", "z", 3)]],
+    emits=[("A", "x", 3)],
+)
 
 
 def test_key_limit_2_evicts_the_oldest(spark_runs):
     check(spark_runs, "key_limit")
 
 
-table("byte_limit", FOREVER, BufferConfig.max_bytes(3),
-      [("A", "xx", 0), ("A", "yy", 1), ("B", "zz", 2)],
-      slots=[[("A", "xx", 0)], [("A", "yy", 0)], [("B", "zz", 2)]],
-      emits=[("A", "yy", 2)])
+table(
+    "byte_limit",
+    FOREVER,
+    BufferConfig.max_bytes(3),
+    [("A", "xx", 0), ("A", "yy", 1), ("B", "zz", 2)],
+    slots=[[("A", "xx", 0)], [("A", "yy", 0)], [("B", "zz", 2)]],
+    emits=[("A", "yy", 2)],
+)
 
 
 def test_byte_limit_3_evicts_the_oldest(spark_runs):
     check(spark_runs, "byte_limit")
 
 
-table("after_2ms", 2, BufferConfig.unbounded(),
-      [("A", "w", 0), ("A", "x", 1), ("B", "y", 2), ("C", "z", 3)],
-      slots=[[("A", "w", 0)], [("A", "x", 0)], [("B", "y", 2)], [("B", "y", 2), ("C", "z", 3)]],
-      emits=[("A", "x", 2)])
+table(
+    "after_2ms",
+    2,
+    BufferConfig.unbounded(),
+    [("A", "w", 0), ("A", "x", 1), ("B", "y", 2), ("C", "z", 3)],
+    slots=[[("A", "w", 0)], [("A", "x", 0)], [("B", "y", 2)], [("B", "y", 2), ("C", "z", 3)]],
+    emits=[("A", "x", 2)],
+)
 
 
 def test_emit_after_2ms(spark_runs):
-    # SPEC: A keeps buffer time 0 after its update, so it leaves at offset 2 (stream time 2),
+    # docs/design.md#suppression: A keeps buffer time 0 after its update, so it leaves at offset 2 (stream time 2),
     # one record earlier than the KIP's drawing (which restarts A's timer at 1).
     check(spark_runs, "after_2ms")
 
 
-table("late_2ms", 2, BufferConfig.unbounded(),
-      [("A", "w", 3), ("A", "x", 1), ("B", "y", 1)],
-      slots=[[("A", "w", 3)], [("A", "x", 3)], [("A", "x", 3)]],
-      emits=[("B", "y", 2)])
+table(
+    "late_2ms",
+    2,
+    BufferConfig.unbounded(),
+    [("A", "w", 3), ("A", "x", 1), ("B", "y", 1)],
+    slots=[[("A", "w", 3)], [("A", "x", 3)], [("A", "x", 3)]],
+    emits=[("B", "y", 2)],
+)
 
 
 def test_late_records_can_leave_at_once(spark_runs):
     # B (time 1) is late at stream time 3: it enters and leaves at once. A's update at time 1
-    # keeps A's buffer time 3 (SPEC), so unlike the KIP's drawing A stays.
+    # keeps A's buffer time 3 (docs/design.md#suppression), so unlike the KIP's drawing A stays.
     check(spark_runs, "late_2ms")
 
 
-table("key_limit_late", FOREVER, BufferConfig.max_records(2),
-      [("A", "w", 0), ("A", "x", 1), ("B", "y", 2), ("C", "z", 0)],
-      slots=[[("A", "w", 0)], [("A", "x", 0)], [("A", "x", 0), ("B", "y", 2)], [("C", "z", 0), ("B", "y", 2)]],
-      emits=[("A", "x", 3)])
+table(
+    "key_limit_late",
+    FOREVER,
+    BufferConfig.max_records(2),
+    [("A", "w", 0), ("A", "x", 1), ("B", "y", 2), ("C", "z", 0)],
+    slots=[[("A", "w", 0)], [("A", "x", 0)], [("A", "x", 0), ("B", "y", 2)], [("C", "z", 0), ("B", "y", 2)]],
+    emits=[("A", "x", 3)],
+)
 
 
 def test_key_limit_2_with_a_late_record(spark_runs):
@@ -176,10 +217,14 @@ def test_key_limit_2_with_a_late_record(spark_runs):
     check(spark_runs, "key_limit_late")
 
 
-table("byte_limit_late", FOREVER, BufferConfig.max_bytes(3),
-      [("A", "xx", 0), ("A", "yy", 1), ("B", "zz", 0)],
-      slots=[[("A", "xx", 0)], [("A", "yy", 0)], [("B", "zz", 0)]],
-      emits=[("A", "yy", 2)])
+table(
+    "byte_limit_late",
+    FOREVER,
+    BufferConfig.max_bytes(3),
+    [("A", "xx", 0), ("A", "yy", 1), ("B", "zz", 0)],
+    slots=[[("A", "xx", 0)], [("A", "yy", 0)], [("B", "zz", 0)]],
+    emits=[("A", "yy", 2)],
+)
 
 
 def test_byte_limit_3_with_a_late_record(spark_runs):
@@ -187,30 +232,42 @@ def test_byte_limit_3_with_a_late_record(spark_runs):
     check(spark_runs, "byte_limit_late")
 
 
-table("big_record", FOREVER, BufferConfig.max_bytes(3),
-      [("A", "x", 0), ("B", "y", 1), ("C", "zzz", 2)],
-      slots=[[("A", "x", 0)], [("A", "x", 0), ("B", "y", 1)], [("C", "zzz", 2)]],
-      emits=[("A", "x", 2), ("B", "y", 2)])
+table(
+    "big_record",
+    FOREVER,
+    BufferConfig.max_bytes(3),
+    [("A", "x", 0), ("B", "y", 1), ("C", "zzz", 2)],
+    slots=[[("A", "x", 0)], [("A", "x", 0), ("B", "y", 1)], [("C", "zzz", 2)]],
+    emits=[("A", "x", 2), ("B", "y", 2)],
+)
 
 
 def test_big_records_push_several_out(spark_runs):
     check(spark_runs, "big_record")
 
 
-table("too_big", FOREVER, BufferConfig.max_bytes(3),
-      [("A", "x", 0), ("B", "y", 1), ("C", "zzzz", 2)],
-      slots=[[("A", "x", 0)], [("A", "x", 0), ("B", "y", 1)], []],
-      emits=[("A", "x", 2), ("B", "y", 2), ("C", "zzzz", 2)])
+table(
+    "too_big",
+    FOREVER,
+    BufferConfig.max_bytes(3),
+    [("A", "x", 0), ("B", "y", 1), ("C", "zzzz", 2)],
+    slots=[[("A", "x", 0)], [("A", "x", 0), ("B", "y", 1)], []],
+    emits=[("A", "x", 2), ("B", "y", 2), ("C", "zzzz", 2)],
+)
 
 
 def test_a_record_too_big_for_the_buffer_leaves_at_once(spark_runs):
     check(spark_runs, "too_big")
 
 
-table("by_time", 2, BufferConfig.unbounded(),
-      [("A", "x", 2), ("B", "y", 1), ("C", "z", 3), ("C", "zz", 4)],
-      slots=[[("A", "x", 2)], [("B", "y", 1), ("A", "x", 2)], [("A", "x", 2), ("C", "z", 3)], [("C", "zz", 3)]],
-      emits=[("B", "y", 2), ("A", "x", 3)])
+table(
+    "by_time",
+    2,
+    BufferConfig.unbounded(),
+    [("A", "x", 2), ("B", "y", 1), ("C", "z", 3), ("C", "zz", 4)],
+    slots=[[("A", "x", 2)], [("B", "y", 1), ("A", "x", 2)], [("A", "x", 2), ("C", "z", 3)], [("C", "zz", 3)]],
+    emits=[("B", "y", 2), ("A", "x", 3)],
+)
 
 
 def test_eviction_is_by_time_not_by_offset(spark_runs):
@@ -242,9 +299,14 @@ def test_a_named_buffer_survives_an_added_operator_and_a_zero_limit_flushes_it(s
     # Adding a stateless operator after the suppression keeps the buffer named "rate"; so does
     # shortening the limit to 0, the KIP's way to remove a suppression: the next batch (empty
     # here) emits everything that was buffered.
-    flushed = (Pipeline("renamed", timestamp="ts", arrival="seq").group_by("k").aggregate(agg.latest("v", "v"))
-               .suppress(Suppressed.until_time_limit(0, BufferConfig.unbounded()).with_name("rate"))
-               .with_column("v2", "upper(v)").to("out"))
+    flushed = (
+        Pipeline("renamed", timestamp="ts", arrival="seq")
+        .group_by("k")
+        .aggregate(agg.latest("v", "v"))
+        .suppress(Suppressed.until_time_limit(0, BufferConfig.unbounded()).with_name("rate"))
+        .with_column("v2", "upper(v)")
+        .to("out")
+    )
     result = rt.run_batch(flushed, "b1", frame(spark, [], 3, STRING))
     assert result.emitted == 2 and result.metrics["suppression_buffer_count_current"] == 0
     rows = rt.read_output(flushed).selectExpr("k", "v", "v2", "emitted_batch_id").collect()
@@ -252,22 +314,36 @@ def test_a_named_buffer_survives_an_added_operator_and_a_zero_limit_flushes_it(s
 
 
 # ---- property: random streams, bounds, limits and splits against the reference model -------
-SLIDING_SEEDS = (7, 11, 13)   # a plain table, limits 8, 0 and 5; out-of-order and late records
+SLIDING_SEEDS = (7, 11, 13)  # a plain table, limits 8, 0 and 5; out-of-order and late records
 
 
 def _case(seed):
     rnd = random.Random(seed)
     sliding = seed in SLIDING_SEEDS
     windowed = seed % 2 == 1
-    recs = [(rnd.choice("AB" if sliding else "ABC"), rnd.randint(0, 30),
-             "".join(rnd.choice("xyz") for _ in range(rnd.randint(1, 3)))) for _ in range(rnd.randint(4, 7))]
+    recs = [
+        (
+            rnd.choice("AB" if sliding else "ABC"),
+            rnd.randint(0, 30),
+            "".join(rnd.choice("xyz") for _ in range(rnd.randint(1, 3))),
+        )
+        for _ in range(rnd.randint(4, 7))
+    ]
     cuts = sorted(rnd.sample(range(1, len(recs)), rnd.randint(1, len(recs) - 1)))
     bounds = [0, *cuts, len(recs)]
     kind = rnd.choice(["unbounded", "records", "bytes"])
-    buffer = {"unbounded": BufferConfig.unbounded(), "records": BufferConfig.max_records(rnd.randint(1, 2)),
-              "bytes": BufferConfig.max_bytes(rnd.randint(2, 5))}[kind]
-    windows = (ref.Sliding(rnd.randint(3, 10), rnd.randint(0, 5)) if sliding
-               else ref.Tumbling(10, rnd.randint(0, 5), rnd.choice([5, 10])) if windowed else None)
+    buffer = {
+        "unbounded": BufferConfig.unbounded(),
+        "records": BufferConfig.max_records(rnd.randint(1, 2)),
+        "bytes": BufferConfig.max_bytes(rnd.randint(2, 5)),
+    }[kind]
+    windows = (
+        ref.Sliding(rnd.randint(3, 10), rnd.randint(0, 5))
+        if sliding
+        else ref.Tumbling(10, rnd.randint(0, 5), rnd.choice([5, 10]))
+        if windowed
+        else None
+    )
     return recs, [recs[a:b] for a, b in zip(bounds, bounds[1:])], rnd.randint(0, 8), buffer, windows
 
 
@@ -279,10 +355,16 @@ def _windows(model):
 
 SEEDS = (*range(6), *SLIDING_SEEDS)
 EXAMPLES = {  # name: windows, limit (ms), batches; counted per window
-    "kip450": (SlidingWindows.of_time_difference_and_grace(10, 0), 4,   # the records of test_examples
-               [[("A", 10, "x"), ("A", 14, "x"), ("A", 18, "x"), ("A", 22, "x")], [("A", 100, "x")]]),
-    "hopping": (TimeWindows.of_size_and_grace(10, 0).advance_by(5), 3,
-                [[("A", 6, "x"), ("A", 9, "x")], [("A", 20, "x")]]),
+    "kip450": (
+        SlidingWindows.of_time_difference_and_grace(10, 0),
+        4,  # the records of test_examples
+        [[("A", 10, "x"), ("A", 14, "x"), ("A", 18, "x"), ("A", 22, "x")], [("A", 100, "x")]],
+    ),
+    "hopping": (
+        TimeWindows.of_size_and_grace(10, 0).advance_by(5),
+        3,
+        [[("A", 6, "x"), ("A", 9, "x")], [("A", 20, "x")]],
+    ),
 }
 
 
@@ -290,12 +372,27 @@ def example_run(spark, lake, name):
     """A hand-written example: its emissions as (start, end, n, batch, stream time), and the
     last batch's metrics."""
     windows, limit, batches = EXAMPLES[name]
-    p = (Pipeline(name, timestamp="ts", arrival="seq").group_by("k").windowed_by(windows).aggregate(agg.count("n"))
-         .suppress(Suppressed.until_time_limit(limit, BufferConfig.unbounded()).with_name("rate")).to("out"))
+    p = (
+        Pipeline(name, timestamp="ts", arrival="seq")
+        .group_by("k")
+        .windowed_by(windows)
+        .aggregate(agg.count("n"))
+        .suppress(Suppressed.until_time_limit(limit, BufferConfig.unbounded()).with_name("rate"))
+        .to("out")
+    )
     rt = Runtime(spark.newSession(), f"{lake}/{name}", quality=False)
     last = run_stream(rt, p, batches, value_type=STRING)[-1]
-    rows = rt.read_output(p).selectExpr("unix_millis(window_start)", "unix_millis(window_end)", "n",
-                                        "emitted_batch_id", "unix_millis(emitted_stream_time)").collect()
+    rows = (
+        rt.read_output(p)
+        .selectExpr(
+            "unix_millis(window_start)",
+            "unix_millis(window_end)",
+            "n",
+            "emitted_batch_id",
+            "unix_millis(emitted_stream_time)",
+        )
+        .collect()
+    )
     return name, (sorted(tuple(r) for r in rows), last.metrics)
 
 
@@ -309,17 +406,27 @@ def random_runs(spark, tmp_path_factory):
         p = Pipeline(f"prop{seed}", timestamp="ts", arrival="seq").group_by("k")
         if windows is not None:
             p = p.windowed_by(_windows(windows))
-        p = (p.aggregate(agg.count("n") if windows else agg.latest("v", "v"))
-             .suppress(Suppressed.until_time_limit(limit, buffer)).to("out"))
+        p = (
+            p.aggregate(agg.count("n") if windows else agg.latest("v", "v"))
+            .suppress(Suppressed.until_time_limit(limit, buffer))
+            .to("out")
+        )
         rt = Runtime(spark.newSession(), f"{lake}/{split}", quality=False)
         run_stream(rt, p, [recs] if split == "one" else batches, value_type=STRING)
         if not tables.exists(rt.spark, rt.tables(p).output):
             return (seed, split), []
         df = rt.read_output(p)
         start = "unix_millis(window_start)" if windows else "CAST(NULL AS long)"
-        return (seed, split), sorted(tuple(r) for r in df.selectExpr(
-            "k", start, "CAST(n AS string)" if windows else "v", "emitted_batch_id",
-            "unix_millis(emitted_stream_time)").collect())
+        return (seed, split), sorted(
+            tuple(r)
+            for r in df.selectExpr(
+                "k",
+                start,
+                "CAST(n AS string)" if windows else "v",
+                "emitted_batch_id",
+                "unix_millis(emitted_stream_time)",
+            ).collect()
+        )
 
     jobs = [lambda s=s, x=x: run(s, x) for s in SEEDS for x in ("one", "split")]
     examples = [lambda n=n: example_run(spark, lake, n) for n in EXAMPLES]
@@ -341,17 +448,20 @@ def test_rate_limiting_matches_the_reference_model_for_any_batch_split(random_ru
 def test_kip450_sliding_windows_rate_limited(random_runs):
     rows, metrics = random_runs["kip450"]
     assert rows == [
-        (0, 10, 1, "b0000", 14),     # left windows: buffer time = their record's time, out 4 ms later
+        (0, 10, 1, "b0000", 14),  # left windows: buffer time = their record's time, out 4 ms later
         (4, 14, 2, "b0000", 18),
         (8, 18, 3, "b0000", 22),
         # 14 creates 10's right window holding 14 only (buffer time 14); it leaves at 18, at that
         # record's first update (its left window [8, 18]), before 18 updates it: it comes back with
         # 2 records and buffer time 18, and leaves at 22. 14's right window does the same at 22.
-        (11, 21, 1, "b0000", 18), (11, 21, 2, "b0000", 22),
+        (11, 21, 1, "b0000", 18),
+        (11, 21, 2, "b0000", 22),
         (12, 22, 3, "b0001", 100),
-        (15, 25, 1, "b0000", 22), (15, 25, 2, "b0001", 100),
-        (19, 29, 1, "b0001", 100)]   # 18's right window, created by 22
-    assert metrics["suppression_buffer_count_current"] == 1   # 100's left window [90, 100]
+        (15, 25, 1, "b0000", 22),
+        (15, 25, 2, "b0001", 100),
+        (19, 29, 1, "b0001", 100),
+    ]  # 18's right window, created by 22
+    assert metrics["suppression_buffer_count_current"] == 1  # 100's left window [90, 100]
 
 
 def test_a_record_updating_hopping_windows_expires_entries_at_its_first_update(random_runs):

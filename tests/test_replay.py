@@ -1,6 +1,7 @@
-"""Replay (SPEC 6(b)): a committed range re-run from the state before it, its results replaced
+"""Replay (docs/design.md#replay): a committed range re-run from the state before it, its results replaced
 atomically. Each test starts from a copy of one three-batch warehouse (a Delta table copied with
 its log is the same table)."""
+
 import shutil
 from datetime import timedelta as td
 
@@ -15,7 +16,7 @@ from framework import BufferConfig, ConcurrentBatchError, Pipeline, ReplayError,
 from framework.operations.replay import ReplayBatch
 
 IDS = ["b0000", "b0001", "b0002"]
-FIXED = [("A", 25, 40), ("A", 3, 5), ("B", 14, 6), ("B", 31, 7)]   # b0001 with A@25 corrected: 4 -> 40
+FIXED = [("A", 25, 40), ("A", 3, 5), ("B", 14, 6), ("B", 31, 7)]  # b0001 with A@25 corrected: 4 -> 40
 
 
 def _offset(index):
@@ -46,8 +47,10 @@ def rt(spark, template, tmp_path):
 
 
 def _committed(rt, p):
-    return [(r.seq, r.batch_id, r.fingerprint, r.stream_time)
-            for r in rt.ledger(p).filter("status = 'committed'").orderBy("seq").collect()]
+    return [
+        (r.seq, r.batch_id, r.fingerprint, r.stream_time)
+        for r in rt.ledger(p).filter("status = 'committed'").orderBy("seq").collect()
+    ]
 
 
 def test_replaying_the_same_range_twice_changes_nothing(rt):
@@ -121,8 +124,9 @@ def test_a_replay_that_dies_leaves_what_readers_see_unchanged(rt, spark):
     replaying = Runtime(spark, rt.warehouse, quality=False, before_write=hook)
     with pytest.raises(RuntimeError, match="replay dies"):
         replaying.replay(p, _batches(spark, 1, [BATCHES[0], FIXED, BATCHES[2]]))
-    assert {k: v for k, v in snapshot(rt, p).items() if k != "state"} == \
-        {k: v for k, v in tables.items() if k != "state"} and rt.ledger(p).count() == ledger
+    assert {k: v for k, v in snapshot(rt, p).items() if k != "state"} == {
+        k: v for k, v in tables.items() if k != "state"
+    } and rt.ledger(p).count() == ledger
     assert rt.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100)).seq == 4
     assert rt.read_output(p).filter(F.col("emitted_batch_id") == "b0003").count() > 0
 
@@ -130,9 +134,13 @@ def test_a_replay_that_dies_leaves_what_readers_see_unchanged(rt, spark):
 def test_a_replay_restores_a_rate_limiting_buffer(spark, tmp_path):
     """The buffer is one of the tables the ledger versions: restored like window state. B@31's
     fix changes what leaves the buffer when stream time reaches 41."""
-    p = (Pipeline("replay_rate", timestamp="ts", arrival="seq").group_by("k").aggregate(agg.latest("v", "v"))
-         .suppress(Suppressed.until_time_limit(td(milliseconds=10), BufferConfig.unbounded()).with_name("rate"))
-         .to("out"))
+    p = (
+        Pipeline("replay_rate", timestamp="ts", arrival="seq")
+        .group_by("k")
+        .aggregate(agg.latest("v", "v"))
+        .suppress(Suppressed.until_time_limit(td(milliseconds=10), BufferConfig.unbounded()).with_name("rate"))
+        .to("out")
+    )
     fixed = [BATCHES[0], [("A", 25, 4), ("A", 3, 5), ("B", 14, 6), ("B", 31, 70)], BATCHES[2]]
     rt, clean = (Runtime(spark, str(tmp_path / name), quality=False) for name in ("lake", "clean"))
     run_stream(rt, p, BATCHES)
@@ -160,8 +168,12 @@ def test_two_replays_of_one_range_at_once_keep_the_winners_fix(spark, warehouse)
         slow(at)
         if at == "publish":
             raise RuntimeError("replay 1 dies")
-    first = _in_thread(lambda: Runtime(spark.newSession(), lake, quality=False, before_write=dies)
-                       .replay(p, _batches(spark, 1, BATCHES)))
+
+    first = _in_thread(
+        lambda: Runtime(spark.newSession(), lake, quality=False, before_write=dies).replay(
+            p, _batches(spark, 1, BATCHES)
+        )
+    )
     assert slow.reached.wait(300)
     rt = Runtime(spark.newSession(), lake, quality=False)
     assert rt.replay(p, _batches(spark, 1, fixed)).emitted > 0
@@ -173,8 +185,9 @@ def test_two_replays_of_one_range_at_once_keep_the_winners_fix(spark, warehouse)
     clean = Runtime(spark.newSession(), f"{warehouse}/clean", quality=False)
     run_stream(clean, p, fixed)
     clean.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100))
-    assert {k: v for k, v in snapshot(rt, p).items() if k != "ledger"} == \
-        {k: v for k, v in snapshot(clean, p).items() if k != "ledger"}
+    assert {k: v for k, v in snapshot(rt, p).items() if k != "ledger"} == {
+        k: v for k, v in snapshot(clean, p).items() if k != "ledger"
+    }
 
 
 def test_a_replay_and_the_next_batch_at_once_one_wins_and_the_other_changes_nothing(spark, warehouse):
@@ -182,8 +195,11 @@ def test_a_replay_and_the_next_batch_at_once_one_wins_and_the_other_changes_noth
     lake = f"{warehouse}/lake"
     run_stream(Runtime(spark, lake, quality=False), p, BATCHES)
     paused = _Paused("ledger_commit")
-    replaying = _in_thread(lambda: Runtime(spark.newSession(), lake, quality=False, before_write=paused)
-                           .replay(p, _batches(spark, 1, [BATCHES[0], FIXED, BATCHES[2]])))
+    replaying = _in_thread(
+        lambda: Runtime(spark.newSession(), lake, quality=False, before_write=paused).replay(
+            p, _batches(spark, 1, [BATCHES[0], FIXED, BATCHES[2]])
+        )
+    )
     assert paused.reached.wait(300)
     rt = Runtime(spark.newSession(), lake, quality=False)
     assert rt.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100)).status == "committed"
@@ -200,17 +216,22 @@ def test_a_replay_and_the_next_batch_at_once_one_wins_and_the_other_changes_noth
 def test_a_replay_of_an_emit_on_update_table_equals_a_clean_run_of_the_fixed_input(spark, tmp_path):
     """Without suppression the sink is MERGEd per batch: the replay publishes it in one commit,
     as of before the range with the range's changes."""
-    p = (Pipeline("replay_updates", timestamp="ts", arrival="seq").group_by("k")
-         .windowed_by(TimeWindows.of_size_and_grace(10, 2)).aggregate(agg.count("n"), agg.sum("v", "total"))
-         .to("out"))
+    p = (
+        Pipeline("replay_updates", timestamp="ts", arrival="seq")
+        .group_by("k")
+        .windowed_by(TimeWindows.of_size_and_grace(10, 2))
+        .aggregate(agg.count("n"), agg.sum("v", "total"))
+        .to("out")
+    )
     fixed = [BATCHES[0], FIXED, BATCHES[2]]
     rt, clean = (Runtime(spark, str(tmp_path / name), quality=False) for name in ("lake", "clean"))
     run_stream(rt, p, BATCHES)
     before = _tables(rt, p)["output"]
     rt.replay(p, _batches(spark, 1, fixed))
     run_stream(clean, p, fixed)
-    assert {k: v for k, v in _tables(rt, p).items() if k != "state"} == \
-        {k: v for k, v in _tables(clean, p).items() if k != "state"}
+    assert {k: v for k, v in _tables(rt, p).items() if k != "state"} == {
+        k: v for k, v in _tables(clean, p).items() if k != "state"
+    }
     assert _tables(rt, p)["output"] != before
-    rt.replay(p, _batches(spark, 1, fixed))   # again: nothing changes
+    rt.replay(p, _batches(spark, 1, fixed))  # again: nothing changes
     assert _tables(rt, p)["output"] == _tables(clean, p)["output"]

@@ -1,4 +1,5 @@
 """Validating committed results (the Airflow quality gate and ``finalresults validate``)."""
+
 from datetime import datetime as T
 
 import pytest
@@ -9,7 +10,7 @@ from framework.operations.validation import validate_results
 from framework.orchestration.cli import main
 from framework.orchestration.jobs import load_job
 
-JOB = '''
+JOB = """
 from datetime import timedelta as td
 from framework import BufferConfig, Pipeline, Suppressed, TimeWindows, agg
 
@@ -18,7 +19,7 @@ PIPELINE = (Pipeline("hourly", arrival="seq").group_by("user")
             .windowed_by(TimeWindows.of_size_and_grace(td(hours=1), td(minutes=10)))
             .aggregate(agg.count("events"))
             .suppress(Suppressed.until_window_closes(BufferConfig.unbounded())).to("out"))
-'''
+"""
 
 
 def records(spark, *rows):
@@ -35,12 +36,12 @@ def test_nothing_to_validate_then_valid_then_a_duplicate_fails_the_gate(spark, t
         validate_results(spark, pipeline, warehouse)
 
     rt.run_batch(pipeline, "b1", records(spark, ("a", T(2026, 1, 1, 0, 5), 1)))
-    assert validate_results(spark, pipeline, warehouse) is None          # no window closed yet
+    assert validate_results(spark, pipeline, warehouse) is None  # no window closed yet
 
     rt.run_batch(pipeline, "b2", records(spark, ("b", T(2026, 1, 1, 1, 20), 2)))  # closes a's [00:00, 01:00)
     assert validate_results(spark, pipeline, warehouse).success
 
-    output = rt.tables(pipeline).output                                 # someone appends a copy by hand
+    output = rt.tables(pipeline).output  # someone appends a copy by hand
     spark.read.format("delta").load(output).write.format("delta").mode("append").save(output)
     rt.run_batch(pipeline, "b3", records(spark, ("c", T(2026, 1, 1, 2, 30), 3)))  # publishes b's window
     assert main(["validate", str(job), "--warehouse", warehouse]) == 1

@@ -6,15 +6,16 @@ being merged), ``finish`` turns merged partials into the output value. Because e
 is mergeable, state can be updated batch by batch and sessions can merge.
 
 Order-sensitive aggregates (latest, earliest, collect_list) use the arrival order column
-``_ord`` (batch sequence, position in batch), so they mean the same whatever the batch split.
+``columns.ARRIVAL`` (batch sequence, position in batch), so they mean the same whatever the
+batch split; they say so (``Aggregate.ordered``), as a plan computes that column only when needed.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .columns import ARRIVAL
 from .names import identifier, quoted
-
-ARRIVAL = "_ord"
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class Aggregate:
     input_column: str | None
     partials: tuple[Partial, ...]
     finish: str
+    ordered: bool = False  # reads the arrival order (``ARRIVAL``): the plan must compute it
 
     def describe(self) -> str:
         arg = self.input_column or ""
@@ -60,7 +62,7 @@ def _col(column: str, function: str) -> str:
 def _ordered(function: str, name: str, column: str, pick: str) -> Aggregate:
     c = _col(column, function)
     agg = _simple(function, name, column, f"{pick}(struct({ARRIVAL} AS o, {c} AS v))", pick + "({p})")
-    return Aggregate(agg.name, function, column, agg.partials, f"{agg.finish}.v")
+    return Aggregate(agg.name, function, column, agg.partials, f"{agg.finish}.v", ordered=True)
 
 
 def count(name: str = "count") -> Aggregate:
@@ -88,10 +90,16 @@ def avg(column: str, name: str | None = None) -> Aggregate:
     name = identifier(name or f"avg_{column}", "agg.avg output name")
     c = _col(column, "avg")
     s, n = f"_p_{name}_sum", f"_p_{name}_n"
-    return Aggregate(name, "avg", column, (
-        Partial(s, f"sum(cast({c} AS double))", f"sum({quoted(s)})"),
-        Partial(n, f"count({c})", f"sum({quoted(n)})"),
-    ), f"{quoted(s)} / {quoted(n)}")
+    return Aggregate(
+        name,
+        "avg",
+        column,
+        (
+            Partial(s, f"sum(cast({c} AS double))", f"sum({quoted(s)})"),
+            Partial(n, f"count({c})", f"sum({quoted(n)})"),
+        ),
+        f"{quoted(s)} / {quoted(n)}",
+    )
 
 
 def latest(column: str, name: str | None = None) -> Aggregate:
@@ -108,10 +116,21 @@ def collect_list(column: str, name: str | None = None) -> Aggregate:
     """All values of ``column`` in arrival order (nulls included)."""
     name = identifier(name or f"list_{column}", "agg.collect_list output name")
     c, p = _col(column, "collect_list"), f"_p_{name}"
-    return Aggregate(name, "collect_list", column, (
-        Partial(p, f"collect_list(struct({ARRIVAL} AS o, {c} AS v))", f"flatten(collect_list({quoted(p)}))",
-                f"flatten(collect_list({quoted(p)}) OVER ({{w}}))"),
-    ), f"transform(array_sort({quoted(p)}), x -> x.v)")
+    return Aggregate(
+        name,
+        "collect_list",
+        column,
+        (
+            Partial(
+                p,
+                f"collect_list(struct({ARRIVAL} AS o, {c} AS v))",
+                f"flatten(collect_list({quoted(p)}))",
+                f"flatten(collect_list({quoted(p)}) OVER ({{w}}))",
+            ),
+        ),
+        f"transform(array_sort({quoted(p)}), x -> x.v)",
+        ordered=True,
+    )
 
 
 def custom(name: str, partial: str, merge: str, finish: str | None = None) -> Aggregate:
@@ -128,7 +147,10 @@ def custom(name: str, partial: str, merge: str, finish: str | None = None) -> Ag
     for what, text in (("partial", partial), ("merge", merge), ("finish", finish or name)):
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f"agg.custom({name!r}): '{what}' must be a non-empty SQL expression")
-    return Aggregate(name, "custom", None, (Partial(name, partial, merge),), finish or quoted(name))
+    # user SQL may read the arrival order column too
+    return Aggregate(
+        name, "custom", None, (Partial(name, partial, merge),), finish or quoted(name), ordered=ARRIVAL in partial
+    )
 
 
 def input_columns(aggregates: tuple[Aggregate, ...]) -> list[str]:

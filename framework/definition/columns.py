@@ -1,7 +1,8 @@
-"""Glossary of the working columns the framework adds to records and state rows.
+"""Glossary of the working columns the framework adds to records, state rows and buffer entries.
 
 Input columns starting with ``_`` are refused unless the pipeline reads them (``sources``), so
 these names do not collide with what a batch carries along. Times are epoch milliseconds (``long``).
+In SQL text the names go in through f-strings, so a name is spelled in this module only.
 
 Per record, while a batch is planned:
 
@@ -9,25 +10,50 @@ Per record, while a batch is planned:
 - ``STREAM_BEFORE`` stream time just before the record (``lateness="record"``) or before the
                     batch (``lateness="batch"``): a record joins a window only while the window's
                     close time is above it
+- ``STREAM_AFTER``  stream time just after the record: ``greatest(STREAM_BEFORE, TS)``
 - ``ARRIVAL``       ``struct(seq, pos)``: batch sequence number and position in the batch, the
-                    order order-sensitive aggregates (``latest``, ``collect_list``) follow
+                    order order-sensitive aggregates (``latest``, ``collect_list``) follow;
+                    ``ARRIVAL_POS`` is its position field
+- ``POS``           a position in the batch taken out of ``ARRIVAL`` (rate limiting's updates)
+- ``STARTS``, ``OPEN_STARTS``    time windows: starts of the windows holding the record, and of
+                    those still open for it; ``N_STARTS``, ``N_OPEN_STARTS`` their sizes
+- ``NEW``           sliding windows: the record is the batch's (not a kept one)
 
 Per window in ``window_state`` (and in the rows a batch plans):
 
-- ``CLOSE``         the window's close time (end + grace; sessions: end + gap + grace)
+- ``CLOSE``         the window's close time (``Windows.close``: the end plus what the window type adds)
 - ``BUCKET``        ``CLOSE // bucket``: the partition, so closing reads only due buckets
 - ``MAX_TS``        the latest event time the window holds
-- ``GONE``          in planned state changes only: the row is deleted (a merged-away session)
+- ``GONE``          in planned state changes and sink rows only: the row is deleted (a merged-away session)
 
 Per kept record in ``records`` (sliding windows): ``TS``, ``ARRIVAL`` and ``TIME_BUCKET``
 (``TS // bucket``, its partition).
+
+Per entry of a rate-limiting suppression buffer: ``BUFFER_TIME`` (the time its time limit counts
+from), ``SIZE`` (bytes of its value), ``ENTRY_KEY`` (the key as text, ordering entries of equal
+time); per emitted row ``EMITTED_AT``, the stream time it left at; per position of a batch
+``COUNT_CHANGE`` and ``BYTES_CHANGE``, the entries and bytes the buffer gained (or lost) there.
 """
 
 TS = "_ts"
 STREAM_BEFORE = "_sb"
+STREAM_AFTER = "_sa"
 ARRIVAL = "_ord"
+ARRIVAL_POS = f"{ARRIVAL}.pos"
+POS = "_pos"
+STARTS = "_all"
+OPEN_STARTS = "_acc"
+N_STARTS = "_n_all"
+N_OPEN_STARTS = "_n_acc"
+NEW = "_new"
 CLOSE = "_close"
 BUCKET = "_bucket"
 TIME_BUCKET = "_tbucket"
 MAX_TS = "_max_ts"
 GONE = "_gone"
+BUFFER_TIME = "_bt"
+SIZE = "_size"
+ENTRY_KEY = "_key"
+EMITTED_AT = "_est"
+COUNT_CHANGE = "_dc"
+BYTES_CHANGE = "_db"

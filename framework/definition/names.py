@@ -1,5 +1,6 @@
 """Identifier validation: names become table paths and column references, so they are checked
-once at the boundary and never interpolated unchecked (SPEC section 4)."""
+once at the boundary and never interpolated unchecked (docs/design.md#names)."""
+
 from __future__ import annotations
 
 import re
@@ -12,8 +13,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 def identifier(value: object, what: str) -> str:
     """Return ``value`` if it is a valid identifier, else raise naming ``what``."""
     if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
-        raise DefinitionError(
-            f"{what} must match [A-Za-z_][A-Za-z0-9_]{{0,127}}, got {value!r}")
+        raise DefinitionError(f"{what} must match [A-Za-z_][A-Za-z0-9_]{{0,127}}, got {value!r}")
     return value
 
 
@@ -59,8 +59,7 @@ def reserved_table(name: str) -> str | None:
         if folded == table:
             return f"the name of the pipeline's own {what} ({table!r})"
     if folded.startswith(BUFFER_PREFIX):
-        return (f"in the namespace of the pipeline's suppression buffer tables "
-                f"({BUFFER_PREFIX}<suppression name>)")
+        return f"in the namespace of the pipeline's suppression buffer tables ({BUFFER_PREFIX}<suppression name>)"
     return None
 
 

@@ -3,6 +3,7 @@
 A ``Pipeline`` is an immutable builder; every step returns a new pipeline and validates its
 arguments at once, so a broken definition fails when it is written, not mid-batch.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -66,16 +67,26 @@ class Pipeline:
     sink: str | None = None
     _defined: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
-    def __init__(self, name: str, timestamp: str = "ts", arrival: str | None = None,
-                 lateness: str = "record", idle_advance: timedelta | int | None = None, **rest):
+    def __init__(
+        self,
+        name: str,
+        timestamp: str = "ts",
+        arrival: str | None = None,
+        lateness: str = "record",
+        idle_advance: timedelta | int | None = None,
+        **rest,
+    ):
         object.__setattr__(self, "name", identifier(name, "pipeline name"))
         clash = reserved_root_entry(name)
         if clash:
-            raise DefinitionError(f"pipeline name {name!r} is {clash}, where every pipeline keeps its own folder "
-                                  "(names are compared ignoring case); choose another pipeline name")
+            raise DefinitionError(
+                f"pipeline name {name!r} is {clash}, where every pipeline keeps its own folder "
+                "(names are compared ignoring case); choose another pipeline name"
+            )
         object.__setattr__(self, "timestamp", identifier(timestamp, f"pipeline {name!r}: timestamp column"))
-        object.__setattr__(self, "arrival",
-                           None if arrival is None else identifier(arrival, f"pipeline {name!r}: arrival column"))
+        object.__setattr__(
+            self, "arrival", None if arrival is None else identifier(arrival, f"pipeline {name!r}: arrival column")
+        )
         if lateness not in LATENESS_MODES:
             raise DefinitionError(f"pipeline {name!r}: lateness must be one of {LATENESS_MODES}, got {lateness!r}")
         object.__setattr__(self, "lateness", lateness)
@@ -83,8 +94,15 @@ class Pipeline:
         if idle_advance is not None:
             idle = to_millis(idle_advance, "idle_advance")
         object.__setattr__(self, "idle_advance_ms", idle)
-        defaults = {"keys": (), "windows": None, "aggregates": (), "suppression": None,
-                    "steps": (), "sink": None, "_defined": ()}
+        defaults = {
+            "keys": (),
+            "windows": None,
+            "aggregates": (),
+            "suppression": None,
+            "steps": (),
+            "sink": None,
+            "_defined": (),
+        }
         for k, v in defaults.items():
             object.__setattr__(self, k, rest.pop(k, v))
         if rest:
@@ -108,22 +126,28 @@ class Pipeline:
             raise DefinitionError(f"pipeline {self.name!r}: group_by() needs at least one key column")
         keys = tuple(identifier(k, f"pipeline {self.name!r}: group_by key") for k in keys)
         for same in same_up_to_case(keys):
-            raise DefinitionError(f"pipeline {self.name!r}: group_by keys clash: {same} name the same column "
-                                  f"({_CASE}); give each key column once")
+            raise DefinitionError(
+                f"pipeline {self.name!r}: group_by keys clash: {same} name the same column "
+                f"({_CASE}); give each key column once"
+            )
         for k in keys:
             framework_column = find_up_to_case(k, WINDOW_COLUMNS + EMITTED_COLUMNS)
             if framework_column:
-                raise DefinitionError(f"pipeline {self.name!r}: group_by key {k!r} clashes with the column "
-                                      f"{framework_column!r} the framework adds to results ({_CASE}); "
-                                      "rename the key column upstream")
+                raise DefinitionError(
+                    f"pipeline {self.name!r}: group_by key {k!r} clashes with the column "
+                    f"{framework_column!r} the framework adds to results ({_CASE}); "
+                    "rename the key column upstream"
+                )
         return self._next("group_by", keys=keys)
 
     def windowed_by(self, windows: Windows) -> "Pipeline":
         """Aggregate per key and window (TimeWindows, SlidingWindows or SessionWindows)."""
         self._need("windowed_by", "group_by")
         if not isinstance(windows, (TimeWindows, SlidingWindows, SessionWindows)):
-            raise DefinitionError(f"pipeline {self.name!r}: windowed_by() takes TimeWindows, "
-                                  f"SlidingWindows or SessionWindows, got {windows!r}")
+            raise DefinitionError(
+                f"pipeline {self.name!r}: windowed_by() takes TimeWindows, "
+                f"SlidingWindows or SessionWindows, got {windows!r}"
+            )
         return self._next("windowed_by", windows=windows)
 
     def aggregate(self, *aggregates: Aggregate) -> "Pipeline":
@@ -134,20 +158,26 @@ class Pipeline:
         for a in aggregates:
             framework_column = find_up_to_case(a.name, WINDOW_COLUMNS + EMITTED_COLUMNS)
             if framework_column:
-                raise DefinitionError(f"pipeline {self.name!r}: output column names clash: aggregate {a.name!r} "
-                                      f"is the column {framework_column!r} the framework adds to results ({_CASE}); "
-                                      "give the aggregate another name")
+                raise DefinitionError(
+                    f"pipeline {self.name!r}: output column names clash: aggregate {a.name!r} "
+                    f"is the column {framework_column!r} the framework adds to results ({_CASE}); "
+                    "give the aggregate another name"
+                )
         for same in same_up_to_case([*self.keys, *(a.name for a in aggregates)]):
-            raise DefinitionError(f"pipeline {self.name!r}: output column names clash: {sorted(same)} are the same "
-                                  f"column ({_CASE}); give each aggregate a name distinct from the keys and the "
-                                  "other aggregates")
-        partials = {}
+            raise DefinitionError(
+                f"pipeline {self.name!r}: output column names clash: {sorted(same)} are the same "
+                f"column ({_CASE}); give each aggregate a name distinct from the keys and the "
+                "other aggregates"
+            )
+        partials: dict[str, str] = {}
         for a in aggregates:
             for part in a.partials:
                 other = partials.setdefault(part.column.lower(), a.name)
                 if other.lower() != a.name.lower():
-                    raise DefinitionError(f"pipeline {self.name!r}: aggregates {other!r} and {a.name!r} both keep "
-                                          f"the state column {part.column!r} ({_CASE}); rename one of them")
+                    raise DefinitionError(
+                        f"pipeline {self.name!r}: aggregates {other!r} and {a.name!r} both keep "
+                        f"the state column {part.column!r} ({_CASE}); rename one of them"
+                    )
         return self._next("aggregate", aggregates=tuple(aggregates))
 
     def suppress(self, suppressed: Suppressed) -> "Pipeline":
@@ -157,26 +187,40 @@ class Pipeline:
             raise DefinitionError(f"pipeline {self.name!r}: suppress() takes a Suppressed value")
         table = suppressed.name and find_up_to_case(suppressed.name, RESERVED_TABLES)
         if table:
-            raise DefinitionError(f"pipeline {self.name!r}: suppression name {suppressed.name!r} is the name of the "
-                                  f"pipeline's own {RESERVED_TABLES[table]} ({table!r}; names are compared ignoring "
-                                  "case); choose another name for Suppressed.with_name(...)")
+            raise DefinitionError(
+                f"pipeline {self.name!r}: suppression name {suppressed.name!r} is the name of the "
+                f"pipeline's own {RESERVED_TABLES[table]} ({table!r}; names are compared ignoring "
+                "case); choose another name for Suppressed.with_name(...)"
+            )
         if suppressed.mode == "until_window_closes" and self.windows is None:
-            raise DefinitionError(f"pipeline {self.name!r}: until_window_closes needs a windowed "
-                                  "aggregation (add .windowed_by(...)); use until_time_limit to rate-limit a plain table")
-        if (suppressed.mode == "until_window_closes" and suppressed.buffer.byte_limit is not None
-                and (not isinstance(self.windows, TimeWindows) or self.lateness != "record")):
-            raise DefinitionError(f"pipeline {self.name!r}: a max_bytes bound on until_window_closes is checked "
-                                  "after every record, which is built for TimeWindows with lateness='record' only; "
-                                  "use max_records(n).shut_down_when_full() (checked on the windows held after "
-                                  "the batch) or BufferConfig.unbounded()")
+            raise DefinitionError(
+                f"pipeline {self.name!r}: until_window_closes needs a windowed "
+                "aggregation (add .windowed_by(...)); use until_time_limit to rate-limit a "
+                "plain table"
+            )
+        if (
+            suppressed.mode == "until_window_closes"
+            and suppressed.buffer.byte_limit is not None
+            and (not isinstance(self.windows, TimeWindows) or self.lateness != "record")
+        ):
+            raise DefinitionError(
+                f"pipeline {self.name!r}: a max_bytes bound on until_window_closes is checked "
+                "after every record, which is built for TimeWindows with lateness='record' only; "
+                "use max_records(n).shut_down_when_full() (checked on the windows held after "
+                "the batch) or BufferConfig.unbounded()"
+            )
         if suppressed.mode == "until_time_limit" and isinstance(self.windows, SessionWindows):
-            raise DefinitionError(f"pipeline {self.name!r}: until_time_limit is not supported on session windows "
-                                  "(a merge would have to retract the merged sessions' buffered or emitted updates "
-                                  "with tombstones, which is not built); use until_window_closes, or TimeWindows "
-                                  "or SlidingWindows")
+            raise DefinitionError(
+                f"pipeline {self.name!r}: until_time_limit is not supported on session windows "
+                "(a merge would have to retract the merged sessions' buffered or emitted updates "
+                "with tombstones, which is not built); use until_window_closes, or TimeWindows "
+                "or SlidingWindows"
+            )
         if suppressed.mode == "until_time_limit" and self.lateness != "record":
-            raise DefinitionError(f"pipeline {self.name!r}: until_time_limit emits record by record, so it needs "
-                                  "lateness='record' (the default)")
+            raise DefinitionError(
+                f"pipeline {self.name!r}: until_time_limit emits record by record, so it needs "
+                "lateness='record' (the default)"
+            )
         return self._next("suppress", suppression=suppressed)
 
     def filter(self, condition: str) -> "Pipeline":
@@ -191,32 +235,40 @@ class Pipeline:
         name = identifier(name, f"pipeline {self.name!r}: with_column name")
         stamped = find_up_to_case(name, EMITTED_COLUMNS)
         if stamped:
-            raise DefinitionError(f"pipeline {self.name!r}: with_column name {name!r} is the column {stamped!r} the "
-                                  f"sink stamps on every row after the steps ({_CASE}), so it would be overwritten; "
-                                  "choose another name")
+            raise DefinitionError(
+                f"pipeline {self.name!r}: with_column name {name!r} is the column {stamped!r} the "
+                f"sink stamps on every row after the steps ({_CASE}), so it would be overwritten; "
+                "choose another name"
+            )
         existing = find_up_to_case(name, self._result_columns())
         if existing is not None and existing != name:
-            raise DefinitionError(f"pipeline {self.name!r}: with_column name {name!r} differs only in case from the "
-                                  f"result column {existing!r} ({_CASE}); use with_column({existing!r}, ...) to "
-                                  "replace it, or choose another name")
+            raise DefinitionError(
+                f"pipeline {self.name!r}: with_column name {name!r} differs only in case from the "
+                f"result column {existing!r} ({_CASE}); use with_column({existing!r}, ...) to "
+                "replace it, or choose another name"
+            )
         return self._step("with_column", name, expression)
 
     def select(self, *columns: str) -> "Pipeline":
         """Keep only these result columns (emitted_batch_id and emitted_stream_time are always kept)."""
         columns = tuple(identifier(c, f"pipeline {self.name!r}: select column") for c in columns)
         for same in same_up_to_case(columns):
-            raise DefinitionError(f"pipeline {self.name!r}: select columns {same} name the same column ({_CASE}); "
-                                  "list each column once")
+            raise DefinitionError(
+                f"pipeline {self.name!r}: select columns {same} name the same column ({_CASE}); list each column once"
+            )
         return self._step("select", *columns)
 
     def _result_columns(self) -> list[str]:
         """The result columns the steps so far leave (before the sink's emission stamp)."""
-        columns = [*self.keys, *(WINDOW_COLUMNS if self.windows is not None else ()),
-                   *(a.name for a in self.aggregates)]
+        columns = [
+            *self.keys,
+            *(WINDOW_COLUMNS if self.windows is not None else ()),
+            *(a.name for a in self.aggregates),
+        ]
         for s in self.steps:
             if s.op == "with_column" and s.args[0] not in columns:
                 columns.append(s.args[0])
-            elif s.op == "select":   # Spark keeps the name of the column a select resolves to
+            elif s.op == "select":  # Spark keeps the name of the column a select resolves to
                 columns = [find_up_to_case(c, columns) or c for c in s.args]
         return columns
 
@@ -225,8 +277,10 @@ class Pipeline:
         if not args or not all(isinstance(a, str) and a.strip() for a in args):
             raise DefinitionError(f"pipeline {self.name!r}: {op}() needs non-empty string arguments")
         if self.suppression is None:
-            raise DefinitionError(f"pipeline {self.name!r}: {op}() may only follow suppress(): "
-                                  "without suppression the sink is a continuously updated table")
+            raise DefinitionError(
+                f"pipeline {self.name!r}: {op}() may only follow suppress(): "
+                "without suppression the sink is a continuously updated table"
+            )
         return replace(self, steps=self.steps + (Step(op, args),))
 
     def to(self, table: str) -> "Pipeline":
@@ -235,9 +289,11 @@ class Pipeline:
         table = identifier(table, f"pipeline {self.name!r}: output table name")
         clash = reserved_table(table)
         if clash:
-            raise DefinitionError(f"pipeline {self.name!r}: sink name {table!r} is {clash} under "
-                                  f"<warehouse>/{self.name}/ (names are compared ignoring case); "
-                                  "choose another name for .to(...)")
+            raise DefinitionError(
+                f"pipeline {self.name!r}: sink name {table!r} is {clash} under "
+                f"<warehouse>/{self.name}/ (names are compared ignoring case); "
+                "choose another name for .to(...)"
+            )
         return self._next("to", sink=table)
 
     # ---- derived facts used by the runtime -------------------------------------------------
@@ -264,10 +320,12 @@ class Pipeline:
     def describe(self) -> str:
         """The topology as text, like Kafka Streams' ``Topology.describe()``."""
         store = f"{self.name}.window_state" if self.windows is not None else f"{self.name}.table_state"
-        lines = [f"Topology: {self.name}",
-                 f"  Source: input (timestamp={self.timestamp}, arrival={self.arrival or '<event time>'}, "
-                 f"lateness={self.lateness})",
-                 f"  --> GroupBy {list(self.keys)}"]
+        lines = [
+            f"Topology: {self.name}",
+            f"  Source: input (timestamp={self.timestamp}, arrival={self.arrival or '<event time>'}, "
+            f"lateness={self.lateness})",
+            f"  --> GroupBy {list(self.keys)}",
+        ]
         if self.windows is not None:
             lines.append(f"  --> WindowedBy {self.windows.describe()}")
         aggs = ", ".join(a.describe() for a in self.aggregates)
@@ -280,8 +338,13 @@ class Pipeline:
             lines.append(f"  --> Suppress {label}: {self.suppression.describe()}  (buffer: {buffer})")
         for s in self.steps:
             lines.append(f"  --> {s.describe()}")
-        mode = ("append, final results" if self.suppressed_final else
-                "append, rate-limited updates" if self.rate_limited else "merge, emit on update")
+        mode = (
+            "append, final results"
+            if self.suppressed_final
+            else "append, rate-limited updates"
+            if self.rate_limited
+            else "merge, emit on update"
+        )
         lines.append(f"  --> Sink {self.sink} ({mode})")
         lines.append(f"  State: {self.name}._ledger, {self.name}.metrics, {self.name}.late_records")
         return "\n".join(lines)

@@ -5,6 +5,7 @@ Strict configs never emit early (required for final results); eager configs emit
 entry when full (fine for rate limiting). The two are separate classes so that
 ``until_window_closes`` can refuse an eager config when the pipeline is defined.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -66,8 +67,10 @@ class BufferConfig:
         return EagerBufferConfig(self.record_limit, self.byte_limit)
 
     def describe(self) -> str:
-        bounds = [f"max_records={self.record_limit}" if self.record_limit is not None else "",
-                  f"max_bytes={self.byte_limit}" if self.byte_limit is not None else ""]
+        bounds = [
+            f"max_records={self.record_limit}" if self.record_limit is not None else "",
+            f"max_bytes={self.byte_limit}" if self.byte_limit is not None else "",
+        ]
         return ", ".join(b for b in bounds if b) or "unbounded"
 
 
@@ -114,7 +117,8 @@ class Suppressed:
                 "Suppressed.until_window_closes needs a strict buffer (it must never emit early): "
                 f"got {buffer.describe()}. Use BufferConfig.unbounded(), "
                 "BufferConfig.max_records(n).shut_down_when_full(), "
-                "BufferConfig.max_bytes(n).shut_down_when_full() or spill_to_disk_when_full().")
+                "BufferConfig.max_bytes(n).shut_down_when_full() or spill_to_disk_when_full()."
+            )
         return Suppressed("until_window_closes", buffer)
 
     @staticmethod

@@ -1,14 +1,23 @@
 """Window definitions (pure values, no Spark): what a window is and when it closes.
 
 All times are integer milliseconds since the epoch, as in Kafka Streams. A window is *closed*
-once stream time >= its close time; from then on it never changes again (SPEC section 2).
+once stream time >= its close time; from then on it never changes again (docs/design.md#closing).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from typing import Any, Protocol, TypeVar, cast
 
 from ..errors import DefinitionError
+
+
+class _Time(Protocol):
+    def __add__(self, other: int, /) -> Any: ...
+
+
+T = TypeVar("T", bound=_Time)  # a time: int milliseconds, or a Spark Column of them (anything ``+ int`` keeps)
 
 
 def to_millis(d: timedelta | int, what: str) -> int:
@@ -24,8 +33,22 @@ def to_millis(d: timedelta | int, what: str) -> int:
     return ms
 
 
+class _Closing:
+    """The close rule every window type shares: a window closes a fixed time after its end, so
+    the engine, rate limiting and quality checks compute it one way (the offset differs per
+    type, as windows' ends are exclusive or inclusive)."""
+
+    def close_after_end_ms(self) -> int:
+        """Close time minus ``window_end`` (as state and the sink carry it)."""
+        raise NotImplementedError
+
+    def close(self, end: T) -> T:
+        """The close time of the window ending at ``end``."""
+        return cast(T, end + self.close_after_end_ms())
+
+
 @dataclass(frozen=True)
-class TimeWindows:
+class TimeWindows(_Closing):
     """Tumbling (advance == size) or hopping windows, epoch-aligned, ``[start, start + size)``.
 
     A record at ``ts`` belongs to every window with ``start <= ts < start + size``; a window
@@ -48,15 +71,18 @@ class TimeWindows:
         """Hopping windows: a new window starts every ``advance`` (0 < advance <= size)."""
         advance_ms = to_millis(advance, "advance")
         if not 0 < advance_ms <= self.size_ms:
-            raise DefinitionError(
-                f"TimeWindows 'advance' must be in (0, size={self.size_ms} ms], got {advance_ms} ms")
+            raise DefinitionError(f"TimeWindows 'advance' must be in (0, size={self.size_ms} ms], got {advance_ms} ms")
         return replace(self, advance_ms=advance_ms)
 
     kind = "time"
 
+    def close_after_end_ms(self) -> int:
+        """Ends are exclusive: a window closes ``grace`` after its end."""
+        return self.grace_ms
+
     def close_offset_ms(self) -> int:
         """Close time minus window start."""
-        return self.size_ms + self.grace_ms
+        return self.close(self.size_ms)
 
     def describe(self) -> str:
         shape = "tumbling" if self.advance_ms == self.size_ms else f"hopping advance={self.advance_ms}ms"
@@ -64,7 +90,7 @@ class TimeWindows:
 
 
 @dataclass(frozen=True)
-class SlidingWindows:
+class SlidingWindows(_Closing):
     """KIP-450 sliding windows: ``[t - size, t]`` both ends inclusive, one window per distinct
     set of records. A record defines a left window ending at it and, when later records fall
     within ``size`` of it, a right window starting 1 ms after it. Closes at ``end + 1 ms + grace``.
@@ -84,12 +110,26 @@ class SlidingWindows:
 
     kind = "sliding"
 
+    def close_after_end_ms(self) -> int:
+        """Ends are inclusive: a window closes ``1 ms + grace`` after its end."""
+        return 1 + self.grace_ms
+
+    def last_close(self, ts: T) -> T:
+        """The close time of the last window a record at ``ts`` can be in (the one starting at
+        it): once stream time reaches it, the record is late."""
+        return self.close(cast(T, ts + self.size_ms))
+
+    def retention_ms(self) -> int:
+        """How long a kept record matters: until every window it is in or defines has closed,
+        so records older than stream time minus this are dropped."""
+        return self.size_ms + 2 + self.grace_ms
+
     def describe(self) -> str:
         return f"SlidingWindows(size={self.size_ms}ms, grace={self.grace_ms}ms)"
 
 
 @dataclass(frozen=True)
-class SessionWindows:
+class SessionWindows(_Closing):
     """KIP-94 session windows: records within ``gap`` of each other form one session, bounds
     are the first and last event time (inclusive). A session closes at
     ``end + 1 ms + gap + grace``: until then a later record may still extend it.
@@ -105,6 +145,10 @@ class SessionWindows:
         return SessionWindows(to_millis(gap, "gap"), to_millis(grace, "grace"))
 
     kind = "session"
+
+    def close_after_end_ms(self) -> int:
+        """Ends are inclusive and a record within ``gap`` may still extend the session."""
+        return 1 + self.gap_ms + self.grace_ms
 
     def describe(self) -> str:
         return f"SessionWindows(gap={self.gap_ms}ms, grace={self.grace_ms}ms)"

@@ -10,13 +10,14 @@ evict every entry with ``buffer time <= stream time - limit``, then, if a bound 
 evict the oldest (buffer time, then key) until it holds again (eager) or record the overflow
 (strict: the batch is refused). Every change is reported as a ``Change`` row.
 """
+
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-END = 2 ** 62  # position of the end of a batch (after its last record)
+END = 2**62  # position of the end of a batch (after its last record)
 
 
 @dataclass
@@ -72,8 +73,9 @@ class Change:
 class Buffer:
     """A time-ordered buffer with optional record and byte bounds."""
 
-    def __init__(self, limit_ms: int, max_records: int | None = None, max_bytes: int | None = None,
-                 eager: bool = False):
+    def __init__(
+        self, limit_ms: int, max_records: int | None = None, max_bytes: int | None = None, eager: bool = False
+    ):
         self.limit, self.max_records, self.max_bytes, self.eager = limit_ms, max_records, max_bytes, eager
         self.entries: dict[tuple, Entry] = {}
         self._heap: list[tuple[int, tuple, int, tuple]] = []
@@ -106,15 +108,19 @@ class Buffer:
         return Change("emit", e, pos, stream_time, -1, -e.size, threshold)
 
     def over(self) -> bool:
-        return ((self.max_records is not None and len(self.entries) > self.max_records)
-                or (self.max_bytes is not None and self.bytes > self.max_bytes))
+        return (self.max_records is not None and len(self.entries) > self.max_records) or (
+            self.max_bytes is not None and self.bytes > self.max_bytes
+        )
 
     def expire(self, stream_time: int, pos: int | None) -> list[Change]:
         """Evict every entry whose time limit has passed at ``stream_time``, oldest first."""
         out = []
         while (e := self._oldest()) is not None and e.time <= stream_time - self.limit:
-            out.append(self._evict(e, pos, stream_time if pos is not None else None,
-                                   None if pos is not None else e.time + self.limit))
+            out.append(
+                self._evict(
+                    e, pos, stream_time if pos is not None else None, None if pos is not None else e.time + self.limit
+                )
+            )
         return out
 
     def process(self, u: Update) -> list[Change]:
@@ -129,8 +135,8 @@ class Buffer:
             out.append(Change("put", old, u.pos, u.after, 0, u.size - old.size))
             old.size, old.ref = u.size, u.ref
         out += self.expire(u.after, u.pos)
-        while self.eager and self.over():
-            out.append(self._evict(self._oldest(), u.pos, u.after))
+        while self.eager and self.over() and (oldest := self._oldest()) is not None:
+            out.append(self._evict(oldest, u.pos, u.after))
         return out
 
     def tick(self, t: Tick) -> list[Change]:
@@ -140,8 +146,7 @@ class Buffer:
         return [Change("keep", e, None, None, 0, 0) for e in self.entries.values()]
 
 
-def fold(buffer: Buffer, events: Iterable[Update | Tick], stream_time: int | None,
-         end_known: bool) -> Iterator[Change]:
+def fold(buffer: Buffer, events: Iterable[Update | Tick], stream_time: int | None, end_known: bool) -> Iterator[Change]:
     """Run ``events`` (in arrival order) through ``buffer``; then expire at the batch's final
     ``stream_time`` (idle advancement, or a shortened limit, can expire entries no record did).
     ``end_known`` says whether every record was seen (a Tick each): if not, entries expiring

@@ -2,12 +2,13 @@
 
 *Stream time before record r* is the largest event time of every record that arrived before r
 (earlier batches, then earlier in this batch). Judging lateness against it, record by record,
-is what makes results independent of how the stream is split into batches (SPEC 3.2).
+is what makes results independent of how the stream is split into batches (docs/design.md#batch-split-invariance).
 
 It is a prefix maximum over arrival order, computed as a parallel scan: range-partition the
 batch by arrival order, take each partition's maximum and size (a handful of numbers brought
 to the driver), prefix them, then run a local running maximum inside each partition.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -15,7 +16,9 @@ import datetime as dt
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-NO_TIME = -(2 ** 63)  # stream time before the first record: every window is open
+from ..definition.columns import ARRIVAL, STREAM_BEFORE
+
+NO_TIME = -(2**63)  # stream time before the first record: every window is open
 EPOCH = dt.datetime(1970, 1, 1)
 
 
@@ -41,15 +44,26 @@ def arrival_order(df: DataFrame, timestamp_ms: str, arrival: str | None, keys: t
         head = [arrival, timestamp_ms, *keys]
     else:
         head = [timestamp_ms, *keys]
-    orderable = [f.name for f in df.schema.fields
-                 if f.name not in head and f.dataType.typeName() not in ("array", "map", "struct", "binary")]
+    orderable = [
+        f.name
+        for f in df.schema.fields
+        if f.name not in head and f.dataType.typeName() not in ("array", "map", "struct", "binary")
+    ]
     return head + sorted(orderable)
 
 
-def with_stream_time(df: DataFrame, order: list[str], timestamp_ms: str, seq: int,
-                     stream_time_before: int | None, per_record: bool, partitions: int,
-                     batch_max: int | None) -> tuple[DataFrame, int | None]:
-    """Add ``_ord`` (struct of batch seq and position) and ``_sb`` (stream time before the record).
+def with_stream_time(
+    df: DataFrame,
+    order: list[str],
+    timestamp_ms: str,
+    seq: int,
+    stream_time_before: int | None,
+    per_record: bool,
+    partitions: int,
+    batch_max: int | None,
+) -> tuple[DataFrame, int | None]:
+    """Add ``ARRIVAL`` (struct of batch seq and position) and ``STREAM_BEFORE`` (stream time
+    before the record).
 
     ``partitions`` is the scan's parallelism (1 for small batches); ``batch_max`` is the batch's
     largest event time, known from input validation. Returns the checkpointed
@@ -60,11 +74,14 @@ def with_stream_time(df: DataFrame, order: list[str], timestamp_ms: str, seq: in
     spark = df.sparkSession
     prev = NO_TIME if stream_time_before is None else stream_time_before
     if partitions > 1:
-        ranged = (df.repartitionByRange(partitions, *order)
-                  .withColumn("_part", F.spark_partition_id())
-                  .localCheckpoint(eager=True))
-        stats = sorted(ranged.groupBy("_part").agg(F.max(timestamp_ms).alias("m"), F.count(F.lit(1)).alias("n"))
-                       .collect())
+        ranged = (
+            df.repartitionByRange(partitions, *order)
+            .withColumn("_part", F.spark_partition_id())
+            .localCheckpoint(eager=True)
+        )
+        stats = sorted(
+            ranged.groupBy("_part").agg(F.max(timestamp_ms).alias("m"), F.count(F.lit(1)).alias("n")).collect()
+        )
     else:  # a small batch: one partition, no sampling or per-partition statistics needed
         ranged = df.repartition(1).withColumn("_part", F.lit(0))
         stats = []
@@ -77,22 +94,30 @@ def with_stream_time(df: DataFrame, order: list[str], timestamp_ms: str, seq: in
     w = Window.partitionBy("_part").orderBy(*order)
     local_before = F.max(timestamp_ms).over(w.rowsBetween(Window.unboundedPreceding, -1))
     sb = F.greatest(F.col("_before"), F.coalesce(local_before, F.lit(NO_TIME))) if per_record else F.lit(prev)
-    out = (ranged.join(F.broadcast(prefix), "_part")
-           .withColumn("_sb", sb.cast("long"))
-           .withColumn("_ord", F.struct(F.lit(seq).cast("long").alias("seq"),
-                                        (F.col("_offset") + F.row_number().over(w) - 1).cast("long").alias("pos")))
-           .drop("_part", "_before", "_offset"))
+    out = (
+        ranged.join(F.broadcast(prefix), "_part")
+        .withColumn(STREAM_BEFORE, sb.cast("long"))
+        .withColumn(
+            ARRIVAL,
+            F.struct(
+                F.lit(seq).cast("long").alias("seq"),
+                (F.col("_offset") + F.row_number().over(w) - 1).cast("long").alias("pos"),
+            ),
+        )
+        .drop("_part", "_before", "_offset")
+    )
     if partitions == 1 and batch_max is not None:
         running_max = max(prev, batch_max)
     after = None if running_max == NO_TIME else running_max
     return out.localCheckpoint(eager=True), after
 
 
-def at_batch_start(df: DataFrame, stream_time_before: int | None,
-                   batch_max: int | None) -> tuple[DataFrame, int | None]:
-    """Add ``_sb``: every record judged against the stream time before the batch
+def at_batch_start(
+    df: DataFrame, stream_time_before: int | None, batch_max: int | None
+) -> tuple[DataFrame, int | None]:
+    """Add ``STREAM_BEFORE``: every record judged against the stream time before the batch
     (``lateness="batch"``), for plans that need no arrival position. No scan, no shuffle:
     the stream time after the batch is its largest event time, known from input validation."""
     prev = NO_TIME if stream_time_before is None else stream_time_before
     after = max(prev, batch_max) if batch_max is not None else prev
-    return df.withColumn("_sb", F.lit(prev).cast("long")), None if after == NO_TIME else after
+    return df.withColumn(STREAM_BEFORE, F.lit(prev).cast("long")), None if after == NO_TIME else after

@@ -7,6 +7,7 @@ the batch (``framework.airflow``). A downstream job reads exactly that batch's r
 task, or a second attempt overlapping the first, adds nothing twice; whatever sends the
 notifications reads the outbox, never the results table.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -45,14 +46,19 @@ def deliver_once(rows: DataFrame, outbox: str, keys: list[str]) -> int:
     twice = rows.groupBy(*keys).count().filter("count > 1").limit(1).collect()
     if twice:
         key = {k: twice[0][k] for k in keys}
-        raise FrameworkError(f"outbox {outbox}: {twice[0]['count']} rows to deliver share the key {key}; "
-                             "a key must name one delivery: add the column that tells them apart to the keys")
+        raise FrameworkError(
+            f"outbox {outbox}: {twice[0]['count']} rows to deliver share the key {key}; "
+            "a key must name one delivery: add the column that tells them apart to the keys"
+        )
     tables.create(spark, outbox, rows.schema)
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
     with locks.committing(outbox):
-        merged = (DeltaTable.forPath(spark, outbox).alias("t").merge(rows.alias("s"), on)
-                  .whenNotMatchedInsertAll().execute())
-    return int(merged.first()["num_inserted_rows"])
+        merged = (
+            DeltaTable.forPath(spark, outbox).alias("t").merge(rows.alias("s"), on).whenNotMatchedInsertAll().execute()
+        )
+    metrics = merged.first()  # a MERGE's one row of metrics
+    assert metrics is not None
+    return int(metrics["num_inserted_rows"])
 
 
 def _check_schema(rows: DataFrame, held: DataFrame, outbox: str) -> None:
@@ -61,6 +67,8 @@ def _check_schema(rows: DataFrame, held: DataFrame, outbox: str) -> None:
     got = {f.name.lower(): f.dataType.simpleString() for f in rows.schema}
     if want != got:
         differ = sorted(c for c in want.keys() | got.keys() if want.get(c) != got.get(c))
-        raise FrameworkError(f"outbox {outbox}: the rows' columns differ from the outbox's in "
-                             + ", ".join(f"{c} ({got.get(c, 'missing')} vs {want.get(c, 'absent')})" for c in differ)
-                             + "; deliver the same columns, or use a new outbox")
+        raise FrameworkError(
+            f"outbox {outbox}: the rows' columns differ from the outbox's in "
+            + ", ".join(f"{c} ({got.get(c, 'missing')} vs {want.get(c, 'absent')})" for c in differ)
+            + "; deliver the same columns, or use a new outbox"
+        )

@@ -12,6 +12,7 @@ Data Docs under ``<warehouse>/data_docs/`` (GX keeps suites and raw results in `
 
 GX is imported here only: importing it takes seconds, and DAG files must stay light.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -51,22 +52,23 @@ DEFAULT_DIR = _CHECKOUT_DIR if _CHECKOUT_DIR.is_dir() else Path("expectations")
 SEVERITIES = ("critical", "warning")
 EXAMPLES = 3
 SITE = "warehouse"
-RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": EXAMPLES,
-                 "include_unexpected_rows": True}
-RESULTS_SCHEMA = ("suite string, pipeline string, batch_id string, expectation string, severity string, "
-                  "success boolean, observed string, examples string, validated_at timestamp")
-ORIGIN = "_origin"   # gate only: whether a validated row is staged or already published
-_GX_LOCK = threading.Lock()   # a GX context is not thread-safe; pipelines may run in threads
+RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": EXAMPLES, "include_unexpected_rows": True}
+RESULTS_SCHEMA = (
+    "suite string, pipeline string, batch_id string, expectation string, severity string, "
+    "success boolean, observed string, examples string, validated_at timestamp"
+)
+ORIGIN = "_origin"  # gate only: whether a validated row is staged or already published
+_GX_LOCK = threading.Lock()  # a GX context is not thread-safe; pipelines may run in threads
 
 
 @dataclass(frozen=True)
 class Check:
     """The outcome of one expectation."""
 
-    expectation: str          # type and arguments, e.g. expect_column_values_to_not_be_null(column=user_id)
-    severity: str             # "critical" | "warning"
+    expectation: str  # type and arguments, e.g. expect_column_values_to_not_be_null(column=user_id)
+    severity: str  # "critical" | "warning"
     success: bool
-    observed: str             # e.g. "2 of 40 rows unexpected", an observed value, or the error
+    observed: str  # e.g. "2 of 40 rows unexpected", an observed value, or the error
     examples: tuple[dict, ...]  # a few offending rows
 
     def describe(self) -> str:
@@ -82,7 +84,7 @@ class Report:
     batch_id: str | None
     checks: tuple[Check, ...]
     validated_at: dt.datetime
-    docs: str | None = None   # URL of the Data Docs page of this validation
+    docs: str | None = None  # URL of the Data Docs page of this validation
 
     @property
     def success(self) -> bool:
@@ -98,8 +100,10 @@ class Report:
 
     def summary(self) -> str:
         failed = [c for c in self.checks if not c.success]
-        head = (f"suite {self.suite!r}, batch {self.batch_id!r}: {len(self.checks) - len(failed)} of "
-                f"{len(self.checks)} expectations passed")
+        head = (
+            f"suite {self.suite!r}, batch {self.batch_id!r}: {len(self.checks) - len(failed)} of "
+            f"{len(self.checks)} expectations passed"
+        )
         return "\n".join([head] + [f"  [{c.severity}] {c.describe()}" for c in failed])
 
     def raise_for_failures(self, what_now: str = "Fix the table before anyone downstream reads it.") -> None:
@@ -110,7 +114,8 @@ class Report:
         batch = f", batch {self.batch_id!r}" if self.batch_id else ""
         error = QualityGateError(
             f"pipeline {self.suite!r}{batch}: {len(self.failed_critical)} critical expectation(s) failed:\n"
-            f"{failed}\n{what_now}" + (f" Data Docs: {self.docs}" if self.docs else ""))
+            f"{failed}\n{what_now}" + (f" Data Docs: {self.docs}" if self.docs else "")
+        )
         error.report = self
         raise error
 
@@ -162,9 +167,11 @@ def _sink(p: Pipeline) -> str:
 def _template(p: Pipeline) -> list[dict]:
     """The default expectations, filled in for ``p`` and kept to its kind of sink and the columns
     its table has."""
-    facts = {"$identity": _identity(p),
-             "$counts": [a.name for a in p.aggregates if a.function == "count"],
-             "$end_may_equal_start": isinstance(p.windows, (SlidingWindows, SessionWindows))}
+    facts = {
+        "$identity": _identity(p),
+        "$counts": [a.name for a in p.aggregates if a.function == "count"],
+        "$end_may_equal_start": isinstance(p.windows, (SlidingWindows, SessionWindows)),
+    }
     have, sink = _output_columns(p), _sink(p)
     out = []
     for e in json.loads(TEMPLATE.read_text())["expectations"]:
@@ -183,11 +190,14 @@ def _expectation(entry: dict, source: Path):
     meta = dict(entry.get("meta") or {})
     severity = meta.setdefault("severity", "critical")
     if severity not in SEVERITIES:
-        raise DefinitionError(f"{source}: expectation {entry.get('type')!r} has severity {severity!r}; "
-                              f"use one of {SEVERITIES} in its meta")
+        raise DefinitionError(
+            f"{source}: expectation {entry.get('type')!r} has severity {severity!r}; "
+            f"use one of {SEVERITIES} in its meta"
+        )
     try:
-        return ExpectationConfiguration(type=entry["type"], kwargs=entry.get("kwargs", {}), meta=meta,
-                                        notes=entry.get("notes"), severity=severity).to_domain_obj()
+        return ExpectationConfiguration(
+            type=entry["type"], kwargs=entry.get("kwargs", {}), meta=meta, notes=entry.get("notes"), severity=severity
+        ).to_domain_obj()
     except Exception as e:  # GX raises several types for a bad type name or kwargs
         raise DefinitionError(f"{source}: invalid expectation {entry.get('type')!r}: {e}") from e
 
@@ -211,27 +221,16 @@ def load_suite(pipeline: Pipeline, directory: str | Path | None = None) -> gx.Ex
             entries = json.loads(own.read_text())["expectations"]
         except (ValueError, KeyError, TypeError) as e:
             raise DefinitionError(f"{own}: not a suite file with an 'expectations' list ({e})") from e
-        expectations += [_expectation(dict(e, meta=dict(e.get("meta") or {}, source=own.name)), own)
-                         for e in entries]
+        expectations += [_expectation(dict(e, meta=dict(e.get("meta") or {}, source=own.name)), own) for e in entries]
     return gx.ExpectationSuite(name=pipeline.name, expectations=expectations)
 
 
 # ---- validation --------------------------------------------------------------------------
-def _close_after_end_ms(p: Pipeline) -> int:
-    """Close time minus window_end as the sink reports it (SPEC section 2)."""
-    w = p.windows
-    if isinstance(w, SessionWindows):
-        return 1 + w.gap_ms + w.grace_ms
-    if isinstance(w, SlidingWindows):
-        return 1 + w.grace_ms
-    return w.grace_ms
-
-
 def _with_close_time(p: Pipeline, df: DataFrame) -> DataFrame:
+    """Final results with their window's close time, by the window type's rule (docs/design.md#windows)."""
     if not p.suppressed_final or "window_end" not in df.columns:
         return df
-    return df.withColumn("close_time",
-                         F.timestamp_millis(F.unix_millis("window_end") + F.lit(_close_after_end_ms(p))))
+    return df.withColumn("close_time", F.timestamp_millis(p.windows.close(F.unix_millis("window_end"))))
 
 
 @functools.cache
@@ -247,17 +246,29 @@ def _context(root: str | None):
     stores = InMemoryStoreBackendDefaults()
     sites = {}
     if root is not None:
-        for name, folder in ((stores.expectations_store_name, "expectations"),
-                             (stores.validation_results_store_name, "validations")):
-            stores.stores[name]["store_backend"] = {"class_name": "TupleFilesystemStoreBackend",
-                                                    "base_directory": os.path.join(root, "gx", folder)}
-        sites[SITE] = {"class_name": "SiteBuilder", "show_how_to_buttons": False,
-                       "store_backend": {"class_name": "TupleFilesystemStoreBackend",
-                                         "base_directory": os.path.join(root, "data_docs")},
-                       "site_index_builder": {"class_name": "DefaultSiteIndexBuilder",
-                                              "validation_results_limit": 500}}
-    config = DataContextConfig(store_backend_defaults=stores, data_docs_sites=sites, analytics_enabled=False,
-                               progress_bars=ProgressBarsConfig(globally=False))
+        for name, folder in (
+            (stores.expectations_store_name, "expectations"),
+            (stores.validation_results_store_name, "validations"),
+        ):
+            stores.stores[name]["store_backend"] = {
+                "class_name": "TupleFilesystemStoreBackend",
+                "base_directory": os.path.join(root, "gx", folder),
+            }
+        sites[SITE] = {
+            "class_name": "SiteBuilder",
+            "show_how_to_buttons": False,
+            "store_backend": {
+                "class_name": "TupleFilesystemStoreBackend",
+                "base_directory": os.path.join(root, "data_docs"),
+            },
+            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder", "validation_results_limit": 500},
+        }
+    config = DataContextConfig(
+        store_backend_defaults=stores,
+        data_docs_sites=sites,
+        analytics_enabled=False,
+        progress_bars=ProgressBarsConfig(globally=False),
+    )
     return gx.get_context(mode="ephemeral", project_config=config)
 
 
@@ -274,10 +285,14 @@ def _checkpoint(context, suite: gx.ExpectationSuite, docs: bool):
         batches = asset.add_batch_definition_whole_dataframe("whole")
     suite = context.suites.add_or_update(suite)
     definition = context.validation_definitions.add_or_update(
-        gx.ValidationDefinition(name=suite.name, data=batches, suite=suite))
+        gx.ValidationDefinition(name=suite.name, data=batches, suite=suite)
+    )
     actions = [UpdateDataDocsAction(name="data_docs", site_names=[SITE])] if docs else []
-    return context.checkpoints.add_or_update(gx.Checkpoint(
-        name=suite.name, validation_definitions=[definition], actions=actions, result_format=RESULT_FORMAT))
+    return context.checkpoints.add_or_update(
+        gx.Checkpoint(
+            name=suite.name, validation_definitions=[definition], actions=actions, result_format=RESULT_FORMAT
+        )
+    )
 
 
 def _number(value):
@@ -286,7 +301,9 @@ def _number(value):
 
 
 def _plain(value):
-    return value.isoformat(sep=" ") if isinstance(value, (dt.datetime, dt.date)) else value
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    return value.isoformat() if isinstance(value, dt.date) else value
 
 
 def _error(info: dict) -> str | None:
@@ -314,24 +331,43 @@ def _check(r) -> Check:
 
 def _persist(spark: SparkSession, pipeline: Pipeline, report: Report, root: str) -> None:
     """Append one row per expectation to ``<root>/quality_results`` (a plain Delta append)."""
-    rows = [(report.suite, pipeline.name, report.batch_id, c.expectation, c.severity, c.success, c.observed,
-             json.dumps(list(c.examples), default=str), report.validated_at) for c in report.checks]
+    rows = [
+        (
+            report.suite,
+            pipeline.name,
+            report.batch_id,
+            c.expectation,
+            c.severity,
+            c.success,
+            c.observed,
+            json.dumps(list(c.examples), default=str),
+            report.validated_at,
+        )
+        for c in report.checks
+    ]
     path = os.path.join(root, "quality_results")
-    with locks.committing(path):   # every pipeline of the warehouse appends here
+    with locks.committing(path):  # every pipeline of the warehouse appends here
         spark.createDataFrame(rows, RESULTS_SCHEMA).write.format("delta").mode("append").save(path)
 
 
-def _run(spark: SparkSession, p: Pipeline, df: DataFrame, batch_id: str | None,
-         warehouse_root: str | None, expectations_dir: str | Path | None) -> Report:
+def _run(
+    spark: SparkSession,
+    p: Pipeline,
+    df: DataFrame,
+    batch_id: str | None,
+    warehouse_root: str | None,
+    expectations_dir: str | Path | None,
+) -> Report:
     suite = load_suite(p, expectations_dir)
     root = os.path.abspath(warehouse_root) if warehouse_root else None
     now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-    frame = _with_close_time(p, df).persist()   # GX runs a few dozen small jobs over it
+    frame = _with_close_time(p, df).persist()  # GX runs a few dozen small jobs over it
     try:
         with _GX_LOCK:
             context = _context(root)
             run = _checkpoint(context, suite, docs=root is not None).run(
-                batch_parameters={"dataframe": frame}, run_id=RunIdentifier(run_name=batch_id or "table", run_time=now))
+                batch_parameters={"dataframe": frame}, run_id=RunIdentifier(run_name=batch_id or "table", run_time=now)
+            )
             [(identifier, result)] = run.run_results.items()
             urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=SITE) if root else []
     finally:
@@ -344,8 +380,15 @@ def _run(spark: SparkSession, p: Pipeline, df: DataFrame, batch_id: str | None,
     return report
 
 
-def validate(spark: SparkSession, pipeline: Pipeline, df: DataFrame, batch_id: str | None = None, *,
-             warehouse_root: str | None = None, expectations_dir: str | Path | None = None) -> Report:
+def validate(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    df: DataFrame,
+    batch_id: str | None = None,
+    *,
+    warehouse_root: str | None = None,
+    expectations_dir: str | Path | None = None,
+) -> Report:
     """Validate ``df`` (shaped like the pipeline's results table) against the pipeline's suite.
 
     With ``warehouse_root`` the results are also appended to ``<warehouse_root>/quality_results``
@@ -354,8 +397,14 @@ def validate(spark: SparkSession, pipeline: Pipeline, df: DataFrame, batch_id: s
     return _run(spark, pipeline.check_complete(), df, batch_id, warehouse_root, expectations_dir)
 
 
-def validate_table(spark: SparkSession, pipeline: Pipeline, df: DataFrame, *,
-                   warehouse_root: str | None = None, expectations_dir: str | Path | None = None) -> Report:
+def validate_table(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    df: DataFrame,
+    *,
+    warehouse_root: str | None = None,
+    expectations_dir: str | Path | None = None,
+) -> Report:
     """Validate a whole results table on demand (``python -m framework validate``).
 
     Every row is checked, so duplicates anywhere in the table are found; cost is a few scans of it.
@@ -367,14 +416,24 @@ def _published_twins(p: Pipeline, staged: DataFrame, published: DataFrame) -> Da
     """Published rows with the key and window of a staged row. Reading only the staged rows'
     window_start range lets Delta skip the files of older windows."""
     identity = _identity(p)
-    low, high = staged.agg(F.min("window_start"), F.max("window_start")).first()
+    bounds = staged.agg(F.min("window_start"), F.max("window_start")).first()
+    assert bounds is not None  # an aggregate without grouping has one row
+    low, high = bounds
     nearby = published.filter(F.col("window_start").between(low, high))
     twins = nearby.join(staged.select(*identity).distinct(), identity, "left_semi")
     return twins.withColumn(ORIGIN, F.lit("published"))
 
 
-def gate(spark: SparkSession, pipeline: Pipeline, staged_rows: DataFrame, published_table_df: DataFrame | None,
-         batch_id: str, warehouse_root: str, *, expectations_dir: str | Path | None = None) -> Report:
+def gate(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    staged_rows: DataFrame,
+    published_table_df: DataFrame | None,
+    batch_id: str,
+    warehouse_root: str,
+    *,
+    expectations_dir: str | Path | None = None,
+) -> Report:
     """Write-audit-publish: audit a batch's rows before they are appended to the results table.
 
     For a final-results table the validated rows are the staged rows plus the published rows that
@@ -396,5 +455,6 @@ def gate(spark: SparkSession, pipeline: Pipeline, staged_rows: DataFrame, publis
     report = _run(spark, p, frame, batch_id, warehouse_root, expectations_dir)
     report.raise_for_failures(
         f"Nothing was published or committed. Fix the input or the suite ({_suite_file(p, expectations_dir)}), "
-        f"then re-run the batch. Results: {os.path.join(warehouse_root, 'quality_results')}.")
+        f"then re-run the batch. Results: {os.path.join(warehouse_root, 'quality_results')}."
+    )
     return report

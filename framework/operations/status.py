@@ -3,6 +3,7 @@
 Read from the ledger (the commit point) and the metrics table, by path, so ``status`` works for
 any pipeline folder in a warehouse without its job module.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -33,33 +34,37 @@ def pipeline_status(spark: SparkSession, name: str, root: str) -> str:
     """A few lines on pipeline ``name`` stored at ``root``: last batch, stream time, open windows."""
     from pyspark.sql import functions as F
 
-    from ..storage import files, tables
+    from ..storage import files, ledger, tables
 
     t = Tables(root, "output")
     if not tables.exists(spark, t.ledger):
         return f"{name}  ({root})\n  no batch has run yet"
-    ledger = tables.read(spark, t.ledger)
-    last = ledger.filter("status = 'committed'").orderBy(F.desc("seq")).limit(1).collect()
-    seq = last[0].seq if last else 0
-    staged = [name for name in files.list_names(spark, t.staging) if last and name.endswith(f"-{last[0].attempt}")]
+    b = ledger.last_committed(spark, t.ledger)
+    seq = b.seq if b else 0
+    staged = [name for name in files.list_names(spark, t.staging) if b and name.endswith(f"-{b.attempt}")]
     lines = [f"{name}  ({root})"]
-    if last:
-        b = last[0]
-        lines += [f"  last batch     {b.batch_id} (seq {b.seq}), committed at {b.at:%Y-%m-%d %H:%M:%S} UTC",
-                  f"  stream time    {_time(b.stream_time)}"]
+    if b:
+        lines += [
+            f"  last batch     {b.batch_id} (seq {b.seq}), committed at {b.at:%Y-%m-%d %H:%M:%S} UTC",
+            f"  stream time    {_time(b.stream_time)}",
+        ]
         metrics = tables.read(spark, t.metrics)
-        m = metrics.filter(F.col("seq") == seq).collect()
+        rows = metrics.filter(F.col("seq") == seq).collect()
         totals = metrics.agg(F.sum("records_in"), F.sum("suppression_emit_total"), F.sum("late_records")).collect()[0]
-        if m:
-            m = m[0]
-            lines += [f"  open windows   {m.windows_open}",
-                      f"  last batch     records in {m.records_in}, emitted {m.suppression_emit_total}, "
-                      f"late {m.late_records}, dropped updates {m.late_record_drop_total}, "
-                      f"{m.batch_duration_ms} ms",
-                      f"  all batches    records in {totals[0]}, emitted {totals[1]}, late {totals[2]}"]
+        if rows:
+            m = rows[0]
+            lines += [
+                f"  open windows   {m.windows_open}",
+                f"  last batch     records in {m.records_in}, emitted {m.suppression_emit_total}, "
+                f"late {m.late_records}, dropped updates {m.late_record_drop_total}, "
+                f"{m.batch_duration_ms} ms",
+                f"  all batches    records in {totals[0]}, emitted {totals[1]}, late {totals[2]}",
+            ]
     else:
         lines.append("  no batch committed yet")
     if staged:
-        lines.append(f"  UNPUBLISHED    batch {last[0].batch_id} (seq {seq}) committed; its results are staged and "
-                     "are published by the next run of any batch of this pipeline")
+        lines.append(
+            f"  UNPUBLISHED    batch {b.batch_id} (seq {seq}) committed; its results are staged and "
+            "are published by the next run of any batch of this pipeline"
+        )
     return "\n".join(lines)

@@ -4,6 +4,7 @@ The page stands alone (inline CSS and SVG drawn here: no script, no font, no fet
 mailed, archived or served as a static file. It reads what ``status`` reads, by path: the ledger
 and the metrics table (``framework.metrics``), one chart point per batch.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -70,36 +71,58 @@ def page(warehouse: str, pipelines: list[PipelineState], now: dt.datetime | None
     if not pipelines:
         contents = '<p class="note">No pipelines in this warehouse.</p>'
     else:  # links to the sections
-        contents = '<p class="meta">' + " · ".join(
-            f'<a href="#pipeline-{i}">{escape(p.name)}</a>' for i, p in enumerate(pipelines, 1)) + "</p>"
-    return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8"/>',
-        f"<title>finalresults status: {escape(warehouse)}</title><style>{STYLE}</style></head><body>",
-        "<h1>finalresults status</h1>",
-        f'<p class="meta">Warehouse <code>{escape(warehouse)}</code>, {count}, '
-        f"generated {now:%Y-%m-%d %H:%M:%S} UTC.</p>",
-        contents,
-        *(section(p, f"pipeline-{i}") for i, p in enumerate(pipelines, 1)),
-        "</body></html>", ""])
+        contents = (
+            '<p class="meta">'
+            + " · ".join(f'<a href="#pipeline-{i}">{escape(p.name)}</a>' for i, p in enumerate(pipelines, 1))
+            + "</p>"
+        )
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8"/>',
+            f"<title>finalresults status: {escape(warehouse)}</title><style>{STYLE}</style></head><body>",
+            "<h1>finalresults status</h1>",
+            f'<p class="meta">Warehouse <code>{escape(warehouse)}</code>, {count}, '
+            f"generated {now:%Y-%m-%d %H:%M:%S} UTC.</p>",
+            contents,
+            *(section(p, f"pipeline-{i}") for i, p in enumerate(pipelines, 1)),
+            "</body></html>",
+            "",
+        ]
+    )
 
 
 def section(p: PipelineState, anchor: str) -> str:
     """One pipeline: its status text and a chart per metric group (of its last ``LAST`` batches)."""
-    head = (f'<section class="pipeline" id="{anchor}" data-pipeline="{escape(p.name)}">'
-            f"<h2>{escape(p.name)}</h2>\n<pre class=\"status\">{escape(p.status)}</pre>")
+    head = (
+        f'<section class="pipeline" id="{anchor}" data-pipeline="{escape(p.name)}">'
+        f'<h2>{escape(p.name)}</h2>\n<pre class="status">{escape(p.status)}</pre>'
+    )
     if not p.metrics:
         return f'{head}\n<p class="note">No batch has published metrics yet: nothing to chart.</p></section>'
     rows = p.metrics[-LAST:]
     recorded = [c for c in KIP_NAMES if any(r.get(c) is not None for r in rows)]
     missing = [KIP_NAMES[c] for _, columns, _ in CHARTS for c in columns if c not in recorded]
-    charts = [chart(title, [c for c in columns if c in recorded], unit, rows) for title, columns, unit in CHARTS
-              if any(c in recorded for c in columns)]
-    return "\n".join(filter(None, [
-        head,
-        f'<p class="note">Charts: the last {len(rows):,} of {len(p.metrics):,} batches.</p>'
-        if len(rows) < len(p.metrics) else "",
-        f'<p class="note">Not recorded by this pipeline: {", ".join(missing)}.</p>' if missing else "",
-        '<div class="charts">', *charts, "</div></section>"]))
+    charts = [
+        chart(title, [c for c in columns if c in recorded], unit, rows)
+        for title, columns, unit in CHARTS
+        if any(c in recorded for c in columns)
+    ]
+    return "\n".join(
+        filter(
+            None,
+            [
+                head,
+                f'<p class="note">Charts: the last {len(rows):,} of {len(p.metrics):,} batches.</p>'
+                if len(rows) < len(p.metrics)
+                else "",
+                f'<p class="note">Not recorded by this pipeline: {", ".join(missing)}.</p>' if missing else "",
+                '<div class="charts">',
+                *charts,
+                "</div></section>",
+            ],
+        )
+    )
 
 
 def chart(title: str, columns: list[str], unit: str, rows: list[dict]) -> str:
@@ -125,25 +148,36 @@ def chart(title: str, columns: list[str], unit: str, rows: list[dict]) -> str:
     caption, series = [], []
     for (color, dashes), c in zip(SERIES, columns):
         line = f'stroke="{color}" stroke-width="1.5" stroke-dasharray="{dashes}"'
-        caption.append(f'<span style="color:{color}"><svg width="18" height="8"><line x1="0" y1="4" x2="18" y2="4" '
-                       f'{line}/></svg> {KIP_NAMES[c]} <b>{shown(rows[-1][c])}</b></span>')
+        caption.append(
+            f'<span style="color:{color}"><svg width="18" height="8"><line x1="0" y1="4" x2="18" y2="4" '
+            f"{line}/></svg> {KIP_NAMES[c]} <b>{shown(rows[-1][c])}</b></span>"
+        )
         points = [(x(r["seq"]), y(r[c]), r) for r in rows if r[c] is not None]
-        dots = "".join(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5"><title>seq {r["seq"]} · '
-                       f'{escape(str(r["batch_id"]))} · {shown(r[c])}</title></circle>' for px, py, r in points)
-        series.append(f'<g class="series" data-metric="{KIP_NAMES[c]}" fill="{color}"><polyline fill="none" {line} '
-                      f'points="{" ".join(f"{px:.1f},{py:.1f}" for px, py, _ in points)}"/>{dots}</g>')
+        dots = "".join(
+            f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5"><title>seq {r["seq"]} · '
+            f"{escape(str(r['batch_id']))} · {shown(r[c])}</title></circle>"
+            for px, py, r in points
+        )
+        series.append(
+            f'<g class="series" data-metric="{KIP_NAMES[c]}" fill="{color}"><polyline fill="none" {line} '
+            f'points="{" ".join(f"{px:.1f},{py:.1f}" for px, py, _ in points)}"/>{dots}</g>'
+        )
     bottom = H - BOTTOM
     ticks = [(x(seqs[0]), seqs[0])] + ([(x(seqs[-1]), seqs[-1])] if len(seqs) > 1 else [])
-    axes = (f'<line x1="{LEFT}" y1="{TOP}" x2="{W - RIGHT}" y2="{TOP}" stroke="#eee"/>'
-            f'<line x1="{LEFT}" y1="{bottom}" x2="{W - RIGHT}" y2="{bottom}" stroke="#bbb"/>'
-            f'<text x="{LEFT - 4}" y="{TOP + 3}" text-anchor="end">{_short(top)}</text>'
-            + (f'<text x="{LEFT - 4}" y="{TOP + 14}" text-anchor="end">{unit}</text>' if unit else "")
-            + f'<text x="{LEFT - 4}" y="{bottom + 3}" text-anchor="end">0</text>'
-            + "".join(f'<text x="{tx:.1f}" y="{bottom + 13}" text-anchor="middle">{seq}</text>' for tx, seq in ticks)
-            + f'<text x="{(LEFT + W - RIGHT) / 2:.1f}" y="{H - 4}" text-anchor="middle">batch seq</text>')
-    return (f'<figure class="chart" data-chart="{title}"><figcaption>{" · ".join(caption)}</figcaption>'
-            f'<svg width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" aria-label="{title}">'
-            f'{axes}{"".join(series)}</svg></figure>')
+    axes = (
+        f'<line x1="{LEFT}" y1="{TOP}" x2="{W - RIGHT}" y2="{TOP}" stroke="#eee"/>'
+        f'<line x1="{LEFT}" y1="{bottom}" x2="{W - RIGHT}" y2="{bottom}" stroke="#bbb"/>'
+        f'<text x="{LEFT - 4}" y="{TOP + 3}" text-anchor="end">{_short(top)}</text>'
+        + (f'<text x="{LEFT - 4}" y="{TOP + 14}" text-anchor="end">{unit}</text>' if unit else "")
+        + f'<text x="{LEFT - 4}" y="{bottom + 3}" text-anchor="end">0</text>'
+        + "".join(f'<text x="{tx:.1f}" y="{bottom + 13}" text-anchor="middle">{seq}</text>' for tx, seq in ticks)
+        + f'<text x="{(LEFT + W - RIGHT) / 2:.1f}" y="{H - 4}" text-anchor="middle">batch seq</text>'
+    )
+    return (
+        f'<figure class="chart" data-chart="{title}"><figcaption>{" · ".join(caption)}</figcaption>'
+        f'<svg width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" aria-label="{title}">'
+        f"{axes}{''.join(series)}</svg></figure>"
+    )
 
 
 def _scale(unit: str, highest: float) -> tuple[int, str]:

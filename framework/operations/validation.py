@@ -5,6 +5,7 @@ Each batch already audits its own rows before publishing them (``framework.quali
 this checks the whole table as readers see it, with the pipeline's Great Expectations suite
 (``expectations/``), and records the outcome in ``<warehouse>/quality_results`` and Data Docs.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -24,17 +25,12 @@ def validate_results(spark: SparkSession, p: Pipeline, warehouse: str) -> Report
     Batches that closed no window leave nothing to check: a healthy young pipeline, not a
     failure. No committed batch at all is an error (FrameworkError).
     """
-    from pyspark.sql import functions as F
-
-    from ..storage import tables
+    from ..storage import ledger, tables
     from . import quality
     from .runtime import Runtime
 
     rt = Runtime(spark, warehouse)
-    ledger = rt.tables(p).ledger
-    last = (rt.ledger(p).filter("status = 'committed'").orderBy(F.desc("seq")).limit(1).collect()
-            if tables.exists(spark, ledger) else [])
-    if not last:
+    if ledger.last_committed(spark, rt.tables(p).ledger) is None:
         raise FrameworkError(f"pipeline {p.name!r}: no committed batch under {warehouse}: nothing to validate")
     if not tables.exists(spark, rt.tables(p).output):
         return None

@@ -1,6 +1,6 @@
 """Airflow 3 DAGs for pipelines: each data interval becomes one batch, strictly in order.
 
-``pipeline_dag(job)`` builds ``spark_batch >> quality_gate`` for a job module (SPEC 6), and
+``pipeline_dag(job)`` builds ``spark_batch >> quality_gate`` for a job module (docs/design.md#dags), and
 ``replay_dag(job)`` a manually triggered ``spark_replay >> quality_gate`` for its replays:
 
 - an *interval* timetable, so ``data_interval_start < data_interval_end`` (Airflow 3's plain cron
@@ -24,6 +24,7 @@ suite (``framework.validation``); each batch has already audited its own rows be
 This module is imported by DAG files, which the scheduler parses often: nothing here imports
 Spark; the job module is read for its pipeline definition only.
 """
+
 from __future__ import annotations
 
 import logging
@@ -31,6 +32,7 @@ import sys
 from datetime import datetime, timedelta
 from importlib.metadata import version
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Mapping
 from urllib.parse import urlparse
 
@@ -70,6 +72,13 @@ def _results_asset(p: Pipeline, warehouse: str) -> Asset:
     return Asset(name=f"finalresults.{p.name}.{p.sink or 'output'}", uri=uri, group="finalresults")
 
 
+def _application(job: ModuleType) -> str:
+    """The job's file, which spark-submit runs."""
+    if job.__file__ is None:
+        raise TypeError(f"job {job.__name__!r} has no file for spark-submit to run")
+    return str(Path(job.__file__).resolve())
+
+
 def published_batches(context: Mapping[str, Any], asset: Asset) -> list[dict]:
     """The batches named by the asset events that triggered this run (extras from
     ``quality_gate``), in commit order; empty when the run was not triggered by ``asset``."""
@@ -84,11 +93,11 @@ def quality_gate(job: str, warehouse: str, batch_start: str | None = None, **con
     It reads the table with a Spark session of the Airflow worker ($SPARK_MASTER, else local[*]),
     not through ``spark_default``: the check is a few scans of one results table. Given the
     run's ``batch_start`` (its data interval start), it annotates the task's results-asset event
-    (SPEC 6) with what that batch committed: batch id, seq, rows published, stream time.
+    (docs/design.md#downstream) with what that batch committed: batch id, seq, rows published, stream time.
     """
-    from ..storage.session import spark_session
     from ..operations.runtime import Runtime
     from ..operations.validation import validate_results
+    from ..storage.session import spark_session
 
     pipeline = load_job(job).PIPELINE
     spark = spark_session(f"finalresults-{pipeline.name}-gate")
@@ -98,15 +107,22 @@ def quality_gate(job: str, warehouse: str, batch_start: str | None = None, **con
     else:
         log.info("%s%s", report.summary(), f"\nData Docs: {report.docs}" if report.docs else "")
         report.raise_for_failures()
-    for asset in context["task"].outlets if batch_start is not None else ():
+    if batch_start is None:
+        return
+    for asset in context["task"].outlets:
         batch = batch_id(parse_time(batch_start, "batch start"))
         done = Runtime(spark, warehouse).committed_batch(pipeline, batch)
         if done is None:
-            raise FrameworkError(f"pipeline {pipeline.name!r}: batch {batch!r} is not committed: "
-                                 "its spark task must succeed first")
+            raise FrameworkError(
+                f"pipeline {pipeline.name!r}: batch {batch!r} is not committed: its spark task must succeed first"
+            )
         context["outlet_events"][asset].extra = {
-            "pipeline": pipeline.name, "batch_id": done.batch_id, "seq": done.seq, "rows_published": done.emitted,
-            "stream_time": done.stream_time.isoformat() if done.stream_time else None}
+            "pipeline": pipeline.name,
+            "batch_id": done.batch_id,
+            "seq": done.seq,
+            "rows_published": done.emitted,
+            "stream_time": done.stream_time.isoformat() if done.stream_time else None,
+        }
 
 
 def _timetable(schedule: timedelta | str, timezone: str):
@@ -123,31 +139,64 @@ def _local_spark_tools() -> tuple[str | None, dict[str, str]]:
     return (str(binary) if binary.exists() else None), {"PYSPARK_PYTHON": sys.executable}
 
 
-def _submit(task_id: str, job, application: str, arguments: list[str], *, conn_id: str,
-            spark_conf: dict[str, str] | None, spark_env: dict[str, str] | None, spark_binary: str | None,
-            packages: str | None) -> SparkSubmitOperator:
+def _submit(
+    task_id: str,
+    job,
+    application: str,
+    arguments: list[str],
+    *,
+    conn_id: str,
+    spark_conf: dict[str, str] | None,
+    spark_env: dict[str, str] | None,
+    spark_binary: str | None,
+    packages: str | None,
+) -> SparkSubmitOperator:
     """The task running ``spark-submit <job file> <arguments>`` through connection ``conn_id``."""
     local_binary, local_env = _local_spark_tools()
     return SparkSubmitOperator(
-        task_id=task_id, conn_id=conn_id, application=application, name=f"finalresults-{job.PIPELINE.name}",
-        packages=packages, conf={"spark.log.level": "WARN", **(spark_conf or {})},
+        task_id=task_id,
+        conn_id=conn_id,
+        application=application,
+        name=f"finalresults-{job.PIPELINE.name}",
+        packages=packages,
+        conf={"spark.log.level": "WARN", **(spark_conf or {})},
         env_vars=spark_env if spark_env is not None else local_env,
-        spark_binary=spark_binary or local_binary, application_args=arguments)
+        spark_binary=spark_binary or local_binary,
+        application_args=arguments,
+    )
 
 
 def _gate(application: str, warehouse: str, outlet: Asset | None = None) -> PythonOperator:
     batch = {"batch_start": INTERVAL_START} if outlet is not None else {}
-    return PythonOperator(task_id="quality_gate", python_callable=quality_gate, outlets=[outlet] if outlet else [],
-                          op_kwargs={"job": application, "warehouse": warehouse, **batch})
+    return PythonOperator(
+        task_id="quality_gate",
+        python_callable=quality_gate,
+        outlets=[outlet] if outlet else [],
+        op_kwargs={"job": application, "warehouse": warehouse, **batch},
+    )
 
 
-def pipeline_dag(job_module: str, schedule: timedelta | str | None = None, start_date: datetime | None = None, *,
-                 warehouse: str, landing: str, end_date: datetime | None = None, catalog: str | None = None,
-                 metastore: str | None = None, dag_id: str | None = None, catchup: bool = True,
-                 timezone: str = "UTC", conn_id: str = "spark_default", retries: int = 2,
-                 retry_delay: timedelta = timedelta(minutes=1), spark_conf: dict[str, str] | None = None,
-                 spark_env: dict[str, str] | None = None, spark_binary: str | None = None,
-                 packages: str | None = DELTA_PACKAGE) -> DAG:
+def pipeline_dag(
+    job_module: str,
+    schedule: timedelta | str | None = None,
+    start_date: datetime | None = None,
+    *,
+    warehouse: str,
+    landing: str,
+    end_date: datetime | None = None,
+    catalog: str | None = None,
+    metastore: str | None = None,
+    dag_id: str | None = None,
+    catchup: bool = True,
+    timezone: str = "UTC",
+    conn_id: str = "spark_default",
+    retries: int = 2,
+    retry_delay: timedelta = timedelta(minutes=1),
+    spark_conf: dict[str, str] | None = None,
+    spark_env: dict[str, str] | None = None,
+    spark_binary: str | None = None,
+    packages: str | None = DELTA_PACKAGE,
+) -> DAG:
     """A DAG running ``job_module`` (a ``jobs/<name>.py`` path or dotted name) once per interval.
 
     ``schedule`` is a timedelta (fixed intervals) or a cron expression (intervals between cron
@@ -164,35 +213,71 @@ def pipeline_dag(job_module: str, schedule: timedelta | str | None = None, start
                                    warehouse="/lake/warehouse", landing="/lake/landing")
     """
     job = load_job(job_module)
-    pipeline, application = job.PIPELINE, str(Path(job.__file__).resolve())
+    pipeline, application = job.PIPELINE, _application(job)
     schedule = schedule if schedule is not None else getattr(job, "SCHEDULE", None)
     if schedule is None:
         raise TypeError(f"job {job_module!r} declares no SCHEDULE: pass 'schedule'")
     if start_date is None:
         raise TypeError("'start_date' is required: the first interval the pipeline must process")
-    registered = [arg for flag, value in (("--catalog", catalog), ("--metastore", metastore)) if value
-                  for arg in (flag, value)]
-    default_args = {"depends_on_past": True, "wait_for_downstream": True,
-                    "retries": retries, "retry_delay": retry_delay}
-    with DAG(dag_id=dag_id or pipeline.name, schedule=_timetable(schedule, timezone), start_date=start_date,
-             end_date=end_date,
-             catchup=catchup, max_active_runs=1, default_args=default_args, tags=["finalresults"],
-             description=(job.__doc__ or pipeline.name).strip().splitlines()[0],
-             doc_md=f"```\n{pipeline.describe()}\n```") as dag:
-        batch = _submit("spark_batch", job, application,
-                        ["--batch-start", INTERVAL_START,
-                         "--batch-end", "{{ data_interval_end.isoformat() }}",
-                         "--warehouse", warehouse, "--landing", landing, *registered],
-                        conn_id=conn_id, spark_conf=spark_conf, spark_env=spark_env, spark_binary=spark_binary,
-                        packages=packages)
+    registered = [
+        arg for flag, value in (("--catalog", catalog), ("--metastore", metastore)) if value for arg in (flag, value)
+    ]
+    default_args = {
+        "depends_on_past": True,
+        "wait_for_downstream": True,
+        "retries": retries,
+        "retry_delay": retry_delay,
+    }
+    with DAG(
+        dag_id=dag_id or pipeline.name,
+        schedule=_timetable(schedule, timezone),
+        start_date=start_date,
+        end_date=end_date,
+        catchup=catchup,
+        max_active_runs=1,
+        default_args=default_args,
+        tags=["finalresults"],
+        description=(job.__doc__ or pipeline.name).strip().splitlines()[0],
+        doc_md=f"```\n{pipeline.describe()}\n```",
+    ) as dag:
+        batch = _submit(
+            "spark_batch",
+            job,
+            application,
+            [
+                "--batch-start",
+                INTERVAL_START,
+                "--batch-end",
+                "{{ data_interval_end.isoformat() }}",
+                "--warehouse",
+                warehouse,
+                "--landing",
+                landing,
+                *registered,
+            ],
+            conn_id=conn_id,
+            spark_conf=spark_conf,
+            spark_env=spark_env,
+            spark_binary=spark_binary,
+            packages=packages,
+        )
         batch >> _gate(application, warehouse, _results_asset(pipeline, warehouse))
     return dag
 
 
-def replay_dag(job_module: str, every: timedelta | None = None, *, warehouse: str, landing: str,
-               dag_id: str | None = None, conn_id: str = "spark_default", spark_conf: dict[str, str] | None = None,
-               spark_env: dict[str, str] | None = None, spark_binary: str | None = None,
-               packages: str | None = DELTA_PACKAGE) -> DAG:
+def replay_dag(
+    job_module: str,
+    every: timedelta | None = None,
+    *,
+    warehouse: str,
+    landing: str,
+    dag_id: str | None = None,
+    conn_id: str = "spark_default",
+    spark_conf: dict[str, str] | None = None,
+    spark_env: dict[str, str] | None = None,
+    spark_binary: str | None = None,
+    packages: str | None = DELTA_PACKAGE,
+) -> DAG:
     """A manually triggered DAG replaying a committed range of ``job_module`` (``framework.replay``):
     ``spark_replay`` (spark-submit of the job with ``--replay``) then ``quality_gate``.
 
@@ -206,19 +291,45 @@ def replay_dag(job_module: str, every: timedelta | None = None, *, warehouse: st
         airflow dags trigger user_alerts_replay --conf '{"start": "2026-01-01T01:00:00+00:00"}'
     """
     job = load_job(job_module)
-    pipeline, application = job.PIPELINE, str(Path(job.__file__).resolve())
+    pipeline, application = job.PIPELINE, _application(job)
     every = every if every is not None else getattr(job, "SCHEDULE", None)
     if not isinstance(every, timedelta):
         raise TypeError(f"job {job_module!r}: a replay needs fixed-length intervals: pass 'every' (a timedelta)")
-    params = {"start": Param(type="string", minLength=1, description="first replayed interval start, ISO timestamp"),
-              "end": Param("", type="string", description="end of the range; empty: the last committed batch")}
-    with DAG(dag_id=dag_id or f"{pipeline.name}_replay", schedule=None, max_active_runs=1, params=params,
-             tags=["finalresults", "replay"], description=f"Replay a committed range of {pipeline.name}",
-             doc_md=replay_dag.__doc__) as dag:
-        replay = _submit("spark_replay", job, application,
-                         ["--replay", "--batch-start", "{{ params.start }}", "--batch-end", "{{ params.end }}",
-                          "--every", f"{int(every.total_seconds())}s", "--warehouse", warehouse, "--landing", landing],
-                         conn_id=conn_id, spark_conf=spark_conf, spark_env=spark_env, spark_binary=spark_binary,
-                         packages=packages)
+    params = {
+        "start": Param(type="string", minLength=1, description="first replayed interval start, ISO timestamp"),
+        "end": Param("", type="string", description="end of the range; empty: the last committed batch"),
+    }
+    with DAG(
+        dag_id=dag_id or f"{pipeline.name}_replay",
+        schedule=None,
+        max_active_runs=1,
+        params=params,
+        tags=["finalresults", "replay"],
+        description=f"Replay a committed range of {pipeline.name}",
+        doc_md=replay_dag.__doc__,
+    ) as dag:
+        replay = _submit(
+            "spark_replay",
+            job,
+            application,
+            [
+                "--replay",
+                "--batch-start",
+                "{{ params.start }}",
+                "--batch-end",
+                "{{ params.end }}",
+                "--every",
+                f"{int(every.total_seconds())}s",
+                "--warehouse",
+                warehouse,
+                "--landing",
+                landing,
+            ],
+            conn_id=conn_id,
+            spark_conf=spark_conf,
+            spark_env=spark_env,
+            spark_binary=spark_binary,
+            packages=packages,
+        )
         replay >> _gate(application, warehouse)
     return dag

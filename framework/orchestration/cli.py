@@ -5,6 +5,7 @@ Every command takes a job (``jobs/user_alerts.py`` or ``jobs.user_alerts``) whos
 $FINALRESULTS_LANDING, else ``var/warehouse`` and ``var/landing``. A failure prints one line
 ``finalresults: error: ...`` and exits 1 (2 for bad arguments).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,8 +77,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     start = parse_time(args.batch_start, "--batch-start")
     end = parse_time(args.batch_end, "--batch-end") if args.batch_end else start + _schedule(job, None)
     check_interval(job.PIPELINE, start, end)
-    print(summary(run_interval(_spark(args, job.PIPELINE.name), job.PIPELINE, job.LANDING, start, end,
-                               args.warehouse, args.landing, args.catalog)))
+    print(
+        summary(
+            run_interval(
+                _spark(args, job.PIPELINE.name),
+                job.PIPELINE,
+                job.LANDING,
+                start,
+                end,
+                args.warehouse,
+                args.landing,
+                args.catalog,
+            )
+        )
+    )
     return 0
 
 
@@ -88,11 +101,14 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     progress = _Progress(f"backfill {job.PIPELINE.name}")
     for n, (start, end) in enumerate(todo, 1):
         try:
-            result = run_interval(spark, job.PIPELINE, job.LANDING, start, end, args.warehouse, args.landing,
-                                  args.catalog)
+            result = run_interval(
+                spark, job.PIPELINE, job.LANDING, start, end, args.warehouse, args.landing, args.catalog
+            )
         except FrameworkError as e:
-            raise type(e)(f"{e} (backfill stopped at batch {batch_id(start)}; earlier batches are committed "
-                          "and are skipped when the backfill is run again)") from e
+            raise type(e)(
+                f"{e} (backfill stopped at batch {batch_id(start)}; earlier batches are committed "
+                "and are skipped when the backfill is run again)"
+            ) from e
         print(summary(result), flush=True)
         progress(n, len(todo), worked=result.status == "committed")
     return 0
@@ -105,9 +121,21 @@ def cmd_replay(args: argparse.Namespace) -> int:
     every = _schedule(job, args.every)
     if stop is not None:
         intervals(start, stop, every)  # refuse a misaligned range before Spark starts
-    print(replay_summary(replay_intervals(_spark(args, f"{job.PIPELINE.name}-replay"), job.PIPELINE, job.LANDING,
-                                          start, stop, every, args.warehouse, args.landing,
-                                          progress=_Progress(f"replay {job.PIPELINE.name}"))))
+    print(
+        replay_summary(
+            replay_intervals(
+                _spark(args, f"{job.PIPELINE.name}-replay"),
+                job.PIPELINE,
+                job.LANDING,
+                start,
+                stop,
+                every,
+                args.warehouse,
+                args.landing,
+                progress=_Progress(f"replay {job.PIPELINE.name}"),
+            )
+        )
+    )
     return 0
 
 
@@ -116,8 +144,11 @@ def _pipeline_roots(args: argparse.Namespace) -> list[tuple[str, str]]:
         return [(p.name, os.path.join(args.warehouse, p.name)) for p in (load_job(j).PIPELINE for j in args.jobs)]
     if not os.path.isdir(args.warehouse):
         raise JobError(f"warehouse {args.warehouse!r} does not exist")
-    return [(name, os.path.join(args.warehouse, name)) for name in sorted(os.listdir(args.warehouse))
-            if os.path.isdir(os.path.join(args.warehouse, name, "_ledger"))]
+    return [
+        (name, os.path.join(args.warehouse, name))
+        for name in sorted(os.listdir(args.warehouse))
+        if os.path.isdir(os.path.join(args.warehouse, name, "_ledger"))
+    ]
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -127,8 +158,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.html:
         from ..operations import statuspage
 
-        spark = _spark(args, "status") if roots else None
-        text = statuspage.page(args.warehouse, [statuspage.read(spark, name, root) for name, root in roots])
+        states = []
+        if roots:
+            spark = _spark(args, "status")
+            states = [statuspage.read(spark, name, root) for name, root in roots]
+        text = statuspage.page(args.warehouse, states)
         with open(args.html, "w", encoding="utf-8") as out:
             out.write(text)
         print(f"{args.html}: status of {len(roots)} pipeline(s)")
@@ -169,8 +203,9 @@ def parser() -> argparse.ArgumentParser:
     """The command line (one sub-parser per command, each with --help)."""
     warehouse = os.environ.get("FINALRESULTS_WAREHOUSE", "var/warehouse")
     landing = os.environ.get("FINALRESULTS_LANDING", "var/landing")
-    root = argparse.ArgumentParser(prog="finalresults",
-                                   description="Run, backfill, replay, inspect and check final-results pipelines.")
+    root = argparse.ArgumentParser(
+        prog="finalresults", description="Run, backfill, replay, inspect and check final-results pipelines."
+    )
     commands = root.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, handler, text: str, job: bool = True, spark: bool = True, data: bool = False):
@@ -185,34 +220,50 @@ def parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
         return p
 
-    run = command("run", cmd_run, "Run one batch: the records that arrived in [--batch-start, --batch-end).",
-                  data=True)
+    run = command("run", cmd_run, "Run one batch: the records that arrived in [--batch-start, --batch-end).", data=True)
     run.add_argument("--batch-start", required=True, help="interval start, ISO timestamp (UTC if naive)")
     run.add_argument("--batch-end", help="interval end, exclusive (default: start + the job's SCHEDULE)")
-    backfill = command("backfill", cmd_backfill, "Run consecutive intervals in order, from --from to --to.",
-                       data=True)
+    backfill = command("backfill", cmd_backfill, "Run consecutive intervals in order, from --from to --to.", data=True)
     for batches in (run, backfill):
-        batches.add_argument("--catalog", default=os.environ.get("FINALRESULTS_CATALOG"),
-                             help="also keep the pipeline's tables in this catalog schema (default: "
-                                  "$FINALRESULTS_CATALOG)")
-        batches.add_argument("--metastore", default=os.environ.get("FINALRESULTS_METASTORE"),
-                             help="folder of an embedded metastore for --catalog, one machine only (default: "
-                                  "$FINALRESULTS_METASTORE; else the session's catalog)")
+        batches.add_argument(
+            "--catalog",
+            default=os.environ.get("FINALRESULTS_CATALOG"),
+            help="also keep the pipeline's tables in this catalog schema (default: $FINALRESULTS_CATALOG)",
+        )
+        batches.add_argument(
+            "--metastore",
+            default=os.environ.get("FINALRESULTS_METASTORE"),
+            help="folder of an embedded metastore for --catalog, one machine only (default: "
+            "$FINALRESULTS_METASTORE; else the session's catalog)",
+        )
     backfill.add_argument("--from", dest="start", required=True, help="first interval start, ISO timestamp")
     backfill.add_argument("--to", dest="stop", required=True, help="last interval end, ISO timestamp")
     backfill.add_argument("--every", help="interval length, e.g. 1h or 15m (default: the job's SCHEDULE)")
-    replay = command("replay", cmd_replay, (
-        "Re-run committed batches from --from through the last committed one with the landing records as they "
-        "are now, replacing their final rows atomically (state restored by Delta time travel)."), data=True)
+    replay = command(
+        "replay",
+        cmd_replay,
+        (
+            "Re-run committed batches from --from through the last committed one with the landing records as they "
+            "are now, replacing their final rows atomically (state restored by Delta time travel)."
+        ),
+        data=True,
+    )
     replay.add_argument("--from", dest="start", required=True, help="first replayed interval start, ISO timestamp")
-    replay.add_argument("--to", dest="stop", help="end of the range (default and only allowed value: the end of "
-                        "the last committed batch; later batches depend on the replayed state)")
+    replay.add_argument(
+        "--to",
+        dest="stop",
+        help="end of the range (default and only allowed value: the end of "
+        "the last committed batch; later batches depend on the replayed state)",
+    )
     replay.add_argument("--every", help="interval length, e.g. 1h or 15m (default: the job's SCHEDULE)")
-    status = command("status", cmd_status, "Per pipeline: last batch, stream time, open windows, metrics.",
-                     job=False)
+    status = command("status", cmd_status, "Per pipeline: last batch, stream time, open windows, metrics.", job=False)
     status.add_argument("jobs", nargs="*", metavar="job", help="job modules (default: every pipeline in the warehouse)")
-    status.add_argument("--html", metavar="FILE", help="write the status as one self-contained HTML page with "
-                        "charts of each pipeline's metrics over its batches, instead of printing it")
+    status.add_argument(
+        "--html",
+        metavar="FILE",
+        help="write the status as one self-contained HTML page with "
+        "charts of each pipeline's metrics over its batches, instead of printing it",
+    )
     command("describe", cmd_describe, "Print the topology and where its tables live.", spark=False)
     command("validate", cmd_validate, "Validate the committed results table with its expectation suite.")
     return root

@@ -4,10 +4,11 @@ A job module (``jobs/<name>.py``) declares ``PIPELINE``, the ``LANDING`` table i
 ``SCHEDULE``; this module does the rest, the same way for ``spark-submit jobs/<name>.py``, for
 ``python -m framework run`` and for the Airflow DAGs. A batch is the set of landing records whose
 ``ingest_time`` falls in ``[batch_start, batch_end)``; its id is the ISO form of ``batch_start``,
-so ids increase with time and re-running an interval is the idempotent no-op of SPEC 4.
+so ids increase with time and re-running an interval is an idempotent no-op (docs/design.md#crashes-and-re-runs).
 With ``--replay`` the same entry point replays committed intervals from the landing table as it
-is now (``replay_intervals``, SPEC 6(b)): the replay DAG submits that.
+is now (``replay_intervals``, docs/design.md#replay): the replay DAG submits that.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,11 +53,15 @@ def load_job(spec: str) -> ModuleType:
                 raise
             path = Path(*spec.split(".")).with_suffix(".py")
             if not path.is_file():
-                raise JobError(f"job {spec!r} not found: not importable and no file {path}; "
-                               "pass the job file (jobs/<name>.py) or add its folder to PYTHONPATH") from None
+                raise JobError(
+                    f"job {spec!r} not found: not importable and no file {path}; "
+                    "pass the job file (jobs/<name>.py) or add its folder to PYTHONPATH"
+                ) from None
     if not path.is_file():
         raise JobError(f"job file {spec!r} not found")
     module_spec = importlib.util.spec_from_file_location(f"finalresults_job_{path.stem}", path.resolve())
+    if module_spec is None or module_spec.loader is None:
+        raise JobError(f"job file {spec!r} cannot be loaded as a Python module")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[module_spec.name] = module
     module_spec.loader.exec_module(module)
@@ -87,20 +92,24 @@ def batch_id(start: dt.datetime) -> str:
     return start.isoformat(timespec="seconds")
 
 
-def read_landing(spark: SparkSession, landing: str, table: str,
-                 start: dt.datetime, end: dt.datetime) -> DataFrame:
+def read_landing(spark: SparkSession, landing: str, table: str, start: dt.datetime, end: dt.datetime) -> DataFrame:
     """The landing records that arrived in ``[start, end)`` (``ingest_time``, naive UTC bounds)."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     path = os.path.join(landing, table)
     if not DeltaTable.isDeltaTable(spark, path):
-        raise JobError(f"landing table {table!r} not found at {path}; "
-                       "fill it first, e.g. python jobs/sample_data.py --from ... --to ...")
+        raise JobError(
+            f"landing table {table!r} not found at {path}; "
+            "fill it first, e.g. python jobs/sample_data.py --from ... --to ..."
+        )
     utc = dt.timezone.utc
     arrived = F.col(INGEST_TIME)
-    return (spark.read.format("delta").load(path)
-            .filter((arrived >= F.lit(start.replace(tzinfo=utc))) & (arrived < F.lit(end.replace(tzinfo=utc)))))
+    return (
+        spark.read.format("delta")
+        .load(path)
+        .filter((arrived >= F.lit(start.replace(tzinfo=utc))) & (arrived < F.lit(end.replace(tzinfo=utc))))
+    )
 
 
 def parse_duration(text: str) -> dt.timedelta:
@@ -119,8 +128,10 @@ def intervals(start: dt.datetime, stop: dt.datetime, every: dt.timedelta) -> lis
     """The consecutive ``every``-long intervals from ``start`` to ``stop``, which must line up
     with them (batches are the DAG's data intervals)."""
     if not start < stop or (stop - start) % every:
-        raise JobError(f"--to must be --from plus a whole number of {every} intervals "
-                       "(batches must line up with the DAG's data intervals)")
+        raise JobError(
+            f"--to must be --from plus a whole number of {every} intervals "
+            "(batches must line up with the DAG's data intervals)"
+        )
     count = (stop - start) // every
     return [(start + i * every, start + (i + 1) * every) for i in range(count)]
 
@@ -131,8 +142,16 @@ def check_interval(pipeline: Pipeline, start: dt.datetime, end: dt.datetime) -> 
         raise JobError(f"pipeline {pipeline.name!r}: batch start {start} must be before batch end {end}")
 
 
-def run_interval(spark: SparkSession, pipeline: Pipeline, table: str, start: dt.datetime, end: dt.datetime,
-                 warehouse: str, landing: str, catalog: str | None = None) -> BatchResult:
+def run_interval(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    table: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    warehouse: str,
+    landing: str,
+    catalog: str | None = None,
+) -> BatchResult:
     """Run the batch of ``pipeline`` for the data interval ``[start, end)`` of landing ``table``
     (its tables kept in catalog schema ``catalog`` too, if given)."""
     from ..operations.runtime import Runtime
@@ -142,18 +161,24 @@ def run_interval(spark: SparkSession, pipeline: Pipeline, table: str, start: dt.
     return Runtime(spark, warehouse, catalog=catalog).run_batch(pipeline, batch_id(start), records, batch_end=end)
 
 
-def replay_intervals(spark: SparkSession, pipeline: Pipeline, table: str, start: dt.datetime,
-                     stop: dt.datetime | None, every: dt.timedelta, warehouse: str, landing: str,
-                     progress: Callable[[int, int], None] | None = None) -> ReplayResult:
+def replay_intervals(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    table: str,
+    start: dt.datetime,
+    stop: dt.datetime | None,
+    every: dt.timedelta,
+    warehouse: str,
+    landing: str,
+    progress: Callable[[int, int], None] | None = None,
+) -> ReplayResult:
     """Replay the batches of the ``every``-long intervals from ``start`` to ``stop`` with the
     landing records as they are now (after a fix). ``stop`` defaults to the end of the last
     committed batch; a replay must reach it (see ``framework.replay``). ``progress(done, total)``
     is called as each replayed batch has run (before the range commits)."""
-    from pyspark.sql import functions as F
-
     from ..operations.replay import ReplayBatch
     from ..operations.runtime import Runtime
-    from ..storage import tables
+    from ..storage import ledger
 
     ran = 0
 
@@ -165,34 +190,42 @@ def replay_intervals(spark: SparkSession, pipeline: Pipeline, table: str, start:
 
     rt = Runtime(spark, warehouse, before_write=batch_ran)
     if stop is None:
-        last = (rt.ledger(pipeline).filter("status = 'committed'").agg(F.max("batch_id")).first()[0]
-                if tables.exists(spark, rt.tables(pipeline).ledger) else None)
+        last = ledger.last_committed(spark, rt.tables(pipeline).ledger)
         if last is None:
             raise JobError(f"pipeline {pipeline.name!r}: no committed batch under {warehouse}: nothing to replay")
-        stop = parse_time(last, "the last committed batch id") + every
+        stop = parse_time(last.batch_id, "the last committed batch id") + every
     todo = intervals(start, stop, every)
-    return rt.replay(pipeline, [ReplayBatch(batch_id(s), read_landing(spark, landing, table, s, e), e)
-                                for s, e in todo])
+    return rt.replay(
+        pipeline, [ReplayBatch(batch_id(s), read_landing(spark, landing, table, s, e), e) for s, e in todo]
+    )
 
 
 def summary(result: BatchResult) -> str:
     """One line a person (or an Airflow log) reads to know what a batch did."""
-    return (f"{result.pipeline} batch {result.batch_id}: {result.status} (seq {result.seq}), "
-            f"records in {result.metrics.get('records_in')}, emitted {result.emitted}, "
-            f"late {result.dropped_late}, stream time {result.stream_time}")
+    return (
+        f"{result.pipeline} batch {result.batch_id}: {result.status} (seq {result.seq}), "
+        f"records in {result.metrics.get('records_in')}, emitted {result.emitted}, "
+        f"late {result.dropped_late}, stream time {result.stream_time}"
+    )
 
 
 def replay_summary(result: ReplayResult) -> str:
     """One line on a replay: its range and the final rows it replaced."""
-    return (f"{result.pipeline} replay {result.first}..{result.last}: {len(result.batches)} batch(es) re-run, "
-            f"{result.removed} final row(s) replaced by {result.emitted}")
+    return (
+        f"{result.pipeline} replay {result.first}..{result.last}: {len(result.batches)} batch(es) re-run, "
+        f"{result.removed} final row(s) replaced by {result.emitted}"
+    )
 
 
 def _arguments(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=(
-        "Run one batch of this pipeline: the landing records that arrived in [--batch-start, --batch-end). "
-        "With --replay, replay the committed batches of the --every-long intervals from --batch-start to "
-        "--batch-end (default: through the last committed batch)."))
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=(
+            "Run one batch of this pipeline: the landing records that arrived in [--batch-start, --batch-end). "
+            "With --replay, replay the committed batches of the --every-long intervals from --batch-start to "
+            "--batch-end (default: through the last committed batch)."
+        ),
+    )
     parser.add_argument("--batch-start", required=True, help="interval start, ISO timestamp (data_interval_start)")
     parser.add_argument("--batch-end", help="interval end, ISO timestamp, exclusive (required unless --replay)")
     parser.add_argument("--replay", action="store_true", help="replay a committed range (framework.replay)")
@@ -216,8 +249,11 @@ def main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> int:
         if args.replay:
             every = parse_duration(args.every or "")
             spark = spark_session(f"finalresults-{pipeline.name}-replay", metastore=args.metastore)
-            print(replay_summary(replay_intervals(spark, pipeline, table, start, end, every, args.warehouse,
-                                                  args.landing)))
+            print(
+                replay_summary(
+                    replay_intervals(spark, pipeline, table, start, end, every, args.warehouse, args.landing)
+                )
+            )
             return 0
         if end is None:
             raise JobError("--batch-end is required (unless --replay)")

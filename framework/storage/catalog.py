@@ -1,5 +1,5 @@
 """A pipeline's Delta tables as tables of a catalog schema, so ``SELECT * FROM lake.user_alert_windows``
-works (SPEC 5: "under a warehouse path (or a catalog schema)").
+works, while the data stays under the warehouse path (docs/design.md#catalog-schema).
 
 The data stays where the runtime keeps it, under the warehouse; the schema holds *external*
 tables pointing there. The results table is named after the sink, the others
@@ -9,6 +9,7 @@ Which catalog keeps them is the session's: Spark's in-memory one (tables live as
 session), an embedded Derby metastore (``spark_session(metastore=...)``, local use) or the
 deployment's Hive, Glue or Unity metastore.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,26 +34,34 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 def check_schema(schema: str) -> str:
     """``schema`` if it is a plain identifier (it is put into SQL text); FrameworkError otherwise."""
     if not isinstance(schema, str) or not _IDENTIFIER.fullmatch(schema):
-        raise FrameworkError(f"catalog schema {schema!r} must be an identifier ([A-Za-z_][A-Za-z0-9_]*, "
-                             "at most 128 characters)")
+        raise FrameworkError(
+            f"catalog schema {schema!r} must be an identifier ([A-Za-z_][A-Za-z0-9_]*, at most 128 characters)"
+        )
     return schema
 
 
 def table_names(p: Pipeline, layout: tables.Tables) -> list[tuple[str, str]]:
     """(catalog table name, path) of each table ``p`` may have."""
     results = p.sink or f"{p.name}_output"
-    named = [(results, layout.output), (f"{p.name}_ledger", layout.ledger), (f"{p.name}_window_state", layout.state),
-             (f"{p.name}_late_records", layout.late), (f"{p.name}_metrics", layout.metrics)]
+    named = [
+        (results, layout.output),
+        (f"{p.name}_ledger", layout.ledger),
+        (f"{p.name}_window_state", layout.state),
+        (f"{p.name}_late_records", layout.late),
+        (f"{p.name}_metrics", layout.metrics),
+    ]
     if isinstance(p.windows, SlidingWindows):
         named.append((f"{p.name}_records", layout.records))
     if p.rate_limited:
-        named.append((f"{p.name}_{os.path.basename(layout.buffer(p.suppression.name))}",
-                      layout.buffer(p.suppression.name)))
+        named.append(
+            (f"{p.name}_{os.path.basename(layout.buffer(p.suppression.name))}", layout.buffer(p.suppression.name))
+        )
     return named
 
 
-def register(spark: SparkSession, schema: str, p: Pipeline, layout: tables.Tables,
-             skip: Collection[str] = ()) -> list[str]:
+def register(
+    spark: SparkSession, schema: str, p: Pipeline, layout: tables.Tables, skip: Collection[str] = ()
+) -> list[str]:
     """Register the tables of ``p`` that exist as external tables of ``schema``; the names
     (``schema.table``) registered now or before. Names in ``skip`` are known to be registered;
     any other name the schema holds for another location is refused (FrameworkError)."""
@@ -63,10 +72,12 @@ def register(spark: SparkSession, schema: str, p: Pipeline, layout: tables.Table
     for name, path in ((name, _absolute(spark, path)) for name, path in todo):
         qualified = f"`{schema}`.`{name}`"
         if spark.catalog.tableExists(f"{schema}.{name}"):
-            location = spark.sql(f"DESCRIBE DETAIL {qualified}").first()["location"]
+            location = spark.sql(f"DESCRIBE DETAIL {qualified}").collect()[0]["location"]
             if not _same_location(location, path):
-                raise FrameworkError(f"pipeline {p.name!r}: catalog table {schema}.{name} already exists at "
-                                     f"{location}, not at {path}: pick another schema, or drop that table first")
+                raise FrameworkError(
+                    f"pipeline {p.name!r}: catalog table {schema}.{name} already exists at "
+                    f"{location}, not at {path}: pick another schema, or drop that table first"
+                )
         elif tables.exists(spark, path):
             DeltaTable.createIfNotExists(spark).tableName(qualified).location(path).execute()
         else:
@@ -90,4 +101,5 @@ def _same_location(a: str, b: str) -> bool:
         if parsed.scheme in ("", "file"):
             return os.path.normpath(os.path.abspath(parsed.path))
         return location.rstrip("/")
+
     return normal(a) == normal(b)

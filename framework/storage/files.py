@@ -1,4 +1,5 @@
 """Small files and staged rows beside the tables, on whatever file system holds them."""
+
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
@@ -9,6 +10,7 @@ from .tables import exists, read
 def fs_path(spark: SparkSession, path: str):
     """The Hadoop FileSystem and Path of ``path``, as Delta resolves it."""
     jvm = spark._jvm
+    assert jvm is not None  # a classic (not Spark Connect) session's
     hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
     return hadoop_path.getFileSystem(spark._jsc.hadoopConfiguration()), hadoop_path
 
@@ -28,8 +30,10 @@ def get_text(spark: SparkSession, path: str) -> str | None:
     fs, hadoop_path = fs_path(spark, path)
     if not fs.exists(hadoop_path):
         return None
-    stream = spark._jvm.java.io.InputStreamReader(fs.open(hadoop_path), "UTF-8")
-    reader = spark._jvm.java.io.BufferedReader(stream)
+    jvm = spark._jvm
+    assert jvm is not None
+    stream = jvm.java.io.InputStreamReader(fs.open(hadoop_path), "UTF-8")
+    reader = jvm.java.io.BufferedReader(stream)
     try:
         return "\n".join(iter(reader.readLine, None))
     finally:
@@ -66,4 +70,3 @@ def remove(spark: SparkSession, path: str) -> None:
     """Delete a folder and what it holds, on whatever file system holds it."""
     fs, hadoop_path = fs_path(spark, path)
     fs.delete(hadoop_path, True)
-

@@ -4,6 +4,7 @@ not across processes (a rename overwrites, and Delta's local LogStore locks with
 so on a local warehouse every commit holds an OS file lock beside its table (``committing``) for
 the length of that commit only.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -15,7 +16,7 @@ from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
 
-LOCK_WAIT_S = 600.0   # how long a commit waits for another process's commit to the same table
+LOCK_WAIT_S = 600.0  # how long a commit waits for another process's commit to the same table
 
 
 class _FileLock:
@@ -45,14 +46,15 @@ class _FileLock:
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     os.close(fd)
-                    raise TimeoutError(f"another process has held the commit lock {self.path} for over "
-                                       f"{LOCK_WAIT_S:.0f} s") from None
+                    raise TimeoutError(
+                        f"another process has held the commit lock {self.path} for over {LOCK_WAIT_S:.0f} s"
+                    ) from None
                 time.sleep(0.02)
 
     def __exit__(self, *exc) -> None:
         self.depth -= 1
         if self.depth == 0:
-            os.close(self.fd)   # closing the only descriptor releases the flock
+            os.close(self.fd)  # closing the only descriptor releases the flock
         self.guard.release()
 
 
@@ -94,4 +96,3 @@ def session_conf(spark: SparkSession, confs: dict[str, str]):
         finally:
             for key in confs:
                 spark.conf.unset(key)
-

@@ -2,6 +2,7 @@
 
 One row per batch in ``<pipeline>/metrics``; ``KIP_NAMES`` maps each column to its KIP name.
 """
+
 from __future__ import annotations
 
 import logging
@@ -11,12 +12,20 @@ from pyspark.sql import DataFrame, SparkSession
 log = logging.getLogger("framework.metrics")
 
 COLUMNS = [
-    ("records_in", "long"), ("late_record_drop_total", "long"), ("late_records", "long"),
-    ("record_lateness_avg", "double"), ("record_lateness_max", "double"),
-    ("suppression_buffer_count_current", "long"), ("suppression_buffer_count_max", "long"),
-    ("suppression_buffer_size_current", "long"), ("suppression_buffer_size_max", "long"),
-    ("suppression_emit_total", "long"), ("windows_open", "long"), ("windows_closed", "long"),
-    ("stream_time", "timestamp"), ("batch_duration_ms", "long"),
+    ("records_in", "long"),
+    ("late_record_drop_total", "long"),
+    ("late_records", "long"),
+    ("record_lateness_avg", "double"),
+    ("record_lateness_max", "double"),
+    ("suppression_buffer_count_current", "long"),
+    ("suppression_buffer_count_max", "long"),
+    ("suppression_buffer_size_current", "long"),
+    ("suppression_buffer_size_max", "long"),
+    ("suppression_emit_total", "long"),
+    ("windows_open", "long"),
+    ("windows_closed", "long"),
+    ("stream_time", "timestamp"),
+    ("batch_duration_ms", "long"),
 ]
 KIP_NAMES = {c: c.replace("_", "-") for c, _ in COLUMNS}
 SCHEMA = "pipeline string, batch_id string, seq long, " + ", ".join(f"{c} {t}" for c, t in COLUMNS)
@@ -24,6 +33,11 @@ SCHEMA = "pipeline string, batch_id string, seq long, " + ", ".join(f"{c} {t}" f
 
 def frame(spark: SparkSession, pipeline: str, batch_id: str, seq: int, values: dict) -> DataFrame:
     """The metrics row of one batch (missing values are null), logged as it is built."""
-    log.info("pipeline=%s batch=%s seq=%s %s", pipeline, batch_id, seq,
-             " ".join(f"{KIP_NAMES[c]}={values.get(c)}" for c, _ in COLUMNS))
+    log.info(
+        "pipeline=%s batch=%s seq=%s %s",
+        pipeline,
+        batch_id,
+        seq,
+        " ".join(f"{KIP_NAMES[c]}={values.get(c)}" for c, _ in COLUMNS),
+    )
     return spark.createDataFrame([(pipeline, batch_id, seq, *[values.get(c) for c, _ in COLUMNS])], SCHEMA)

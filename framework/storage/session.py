@@ -3,6 +3,7 @@
 Delta's jars are resolved from Maven Central by ``configure_spark_with_delta_pip`` on first use
 and cached in ``~/.ivy2``; nothing else is downloaded at run time.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,9 +34,13 @@ DEFAULT_CONF = {
 }
 
 
-def spark_session(app_name: str = "finalresults", master: str | None = None,
-                  conf: dict[str, str] | None = None, ui: bool = False,
-                  metastore: str | None = None) -> SparkSession:
+def spark_session(
+    app_name: str = "finalresults",
+    master: str | None = None,
+    conf: dict[str, str] | None = None,
+    ui: bool = False,
+    metastore: str | None = None,
+) -> SparkSession:
     """A SparkSession with Delta Lake enabled.
 
     The master is ``master``, else ``$SPARK_MASTER``, else spark-submit's ``--master`` when run
@@ -66,9 +71,11 @@ def spark_session(app_name: str = "finalresults", master: str | None = None,
         builder = builder.config(key, value)
     spark = configure_spark_with_delta_pip(builder).getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
-    if metastore:  # Derby's log goes beside its database, not into the working folder
-        spark.sparkContext._jvm.java.lang.System.setProperty(
-            "derby.stream.error.file", os.path.join(os.path.abspath(metastore), "derby.log"))
+    jvm = spark.sparkContext._jvm
+    if metastore and jvm is not None:  # Derby's log goes beside its database, not into the working folder
+        jvm.java.lang.System.setProperty(
+            "derby.stream.error.file", os.path.join(os.path.abspath(metastore), "derby.log")
+        )
     return spark
 
 
@@ -76,7 +83,8 @@ def _metastore_conf(metastore: str | None) -> dict[str, str]:
     if not metastore:
         return {}
     folder = os.path.abspath(metastore)
-    return {"spark.sql.catalogImplementation": "hive",
-            "spark.hadoop.javax.jdo.option.ConnectionURL":
-                f"jdbc:derby:;databaseName={folder}/metastore_db;create=true",
-            "spark.sql.warehouse.dir": os.path.join(folder, "managed")}
+    return {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={folder}/metastore_db;create=true",
+        "spark.sql.warehouse.dir": os.path.join(folder, "managed"),
+    }

@@ -9,17 +9,18 @@ A batch stages its sink rows before its commit point and publishes them after it
 ``framework.runtime``): publishing is idempotent, so whoever finds a committed batch
 unpublished can publish it again.
 """
+
 from __future__ import annotations
 
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from ..definition.columns import EMITTED_AT, GONE
 from ..definition.pipeline import Pipeline
 from . import tables, writes
 
 EMITTED = ["emitted_batch_id", "emitted_stream_time"]
-GONE = "_gone"
 
 
 def shape(p: Pipeline, results: DataFrame, batch_id: str, stream_time: int | None) -> DataFrame:
@@ -36,12 +37,11 @@ def shape(p: Pipeline, results: DataFrame, batch_id: str, stream_time: int | Non
         elif step.op == "with_column":
             df = df.withColumn(step.args[0], F.expr(step.args[1]))
         else:
-            df = df.select(*step.args, GONE, *(["_est"] if "_est" in df.columns else []))
+            df = df.select(*step.args, GONE, *([EMITTED_AT] if EMITTED_AT in df.columns else []))
     stamp = F.timestamp_millis(F.lit(stream_time)) if stream_time is not None else F.lit(None).cast("timestamp")
-    if "_est" in df.columns:  # rate-limited updates leave record by record: each has its own stream time
-        stamp = F.timestamp_millis("_est")
-    return (df.withColumn("emitted_batch_id", F.lit(batch_id)).withColumn("emitted_stream_time", stamp)
-            .drop("_est"))
+    if EMITTED_AT in df.columns:  # rate-limited updates leave record by record: each has its own stream time
+        stamp = F.timestamp_millis(EMITTED_AT)
+    return df.withColumn("emitted_batch_id", F.lit(batch_id)).withColumn("emitted_stream_time", stamp).drop(EMITTED_AT)
 
 
 def staged(p: Pipeline, rows: DataFrame) -> DataFrame:
@@ -67,13 +67,17 @@ def merge(p: Pipeline, rows: DataFrame, path: str, tombstones: bool = False) -> 
     kept = rows if tombstones else rows.drop(GONE)
     tables.create(spark, path, kept.schema)
     on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in p.identity)
-    columns = {f"`{c}`": f"s.`{c}`" for c in kept.columns}
+    columns: dict[str, str | Column] = {f"`{c}`": f"s.`{c}`" for c in kept.columns}
     builder = DeltaTable.forPath(spark, path).alias("t").merge(rows.alias("s"), on)
-    if not tombstones:
-        builder = builder.whenMatchedDelete(f"s.{GONE}")
-    (builder.whenMatchedUpdate(set=columns)
-     .whenNotMatchedInsert(condition=None if tombstones else f"NOT s.{GONE}", values=columns)
-     .execute())
+    if tombstones:
+        builder.whenMatchedUpdate(set=columns).whenNotMatchedInsert(values=columns).execute()
+    else:
+        (
+            builder.whenMatchedDelete(f"s.{GONE}")
+            .whenMatchedUpdate(set=columns)
+            .whenNotMatchedInsert(condition=f"NOT s.{GONE}", values=columns)
+            .execute()
+        )
 
 
 def replace_all(p: Pipeline, changes: DataFrame, path: str, base: int | None, tag: str, once: dict) -> None:
@@ -82,7 +86,8 @@ def replace_all(p: Pipeline, changes: DataFrame, path: str, base: int | None, ta
     spark = changes.sparkSession
     kept = changes.filter(~F.col(GONE)).drop(GONE)
     if base is not None:
-        kept = tables.read(spark, path, base).join(changes.select(*p.identity), p.identity, "left_anti") \
-            .unionByName(kept)
+        kept = (
+            tables.read(spark, path, base).join(changes.select(*p.identity), p.identity, "left_anti").unionByName(kept)
+        )
     tables.create(spark, path, kept.schema)
     writes.save(kept.localCheckpoint(), path, tag, "overwrite", **once)

@@ -1,6 +1,6 @@
 """Where a pipeline's tables live, and reading and creating them.
 
-Per pipeline, under ``<warehouse>/<pipeline>/`` (see ``docs/architecture.md``):
+Per pipeline, under ``<warehouse>/<pipeline>/`` (see ``docs/design.md#state-tables``):
 
 - ``_ledger``      one *committed* row per batch: the commit point (``framework.storage.ledger``)
 - ``window_state`` open windows / sessions with their partial aggregates, partitioned by
@@ -13,6 +13,7 @@ Per pipeline, under ``<warehouse>/<pipeline>/`` (see ``docs/architecture.md``):
 - ``metrics``      one row per batch (KIP-328 metric names, with ``_`` for ``-``)
 - ``_staging/``    what a batch attempt will publish once it has committed (removed after)
 """
+
 from __future__ import annotations
 
 import json
@@ -94,7 +95,9 @@ def delta_snapshot(spark: SparkSession, path: str):
     """The table's current Delta snapshot (JVM object), or None if it does not exist yet."""
     if not exists(spark, path):
         return None
-    log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    jvm = spark._jvm
+    assert jvm is not None  # a classic (not Spark Connect) session's
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
     return log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")())
 
 
@@ -156,4 +159,3 @@ def _loads(spark: SparkSession, path: str) -> bool:
         return True
     except Exception:
         return False
-

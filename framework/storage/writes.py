@@ -9,6 +9,7 @@
   pipeline, table, sequence number and attempt, and holds the table's commit lock
   (``framework.storage.locks``).
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -19,15 +20,28 @@ from pyspark.sql import DataFrame, SparkSession
 from .locks import committing, session_conf
 from .tables import latest_version, read
 
-TAG = "finalresults:"        # userMetadata prefix of every commit a batch or replay makes
+TAG = "finalresults:"  # userMetadata prefix of every commit a batch or replay makes
 
 
 LEDGER_APP = "finalresults"  # Delta txnAppId of ledger commits (the commit point) and publications
 
 
-MAINTENANCE = frozenset({"OPTIMIZE", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "VACUUM START", "VACUUM END",
-                         "UPGRADE PROTOCOL", "CREATE TABLE", "ADD CONSTRAINT", "DROP CONSTRAINT",
-                         "SET TABLE PROPERTIES", "COMPUTE STATS", "ANALYZE"})
+MAINTENANCE = frozenset(
+    {
+        "OPTIMIZE",
+        "SET TBLPROPERTIES",
+        "UNSET TBLPROPERTIES",
+        "VACUUM START",
+        "VACUUM END",
+        "UPGRADE PROTOCOL",
+        "CREATE TABLE",
+        "ADD CONSTRAINT",
+        "DROP CONSTRAINT",
+        "SET TABLE PROPERTIES",
+        "COMPUTE STATS",
+        "ANALYZE",
+    }
+)
 
 
 RETRIES = 3  # attempts of one write that lost a race to another writer
@@ -42,8 +56,11 @@ def history_since(spark: SparkSession, path: str, version: int | None) -> list:
         return []
     table, wanted = DeltaTable.forPath(spark, path), head - (version if version is not None else -1)
     while True:
-        rows = (table.history() if version is None else table.history(wanted + 8)) \
-            .select("version", "operation", "userMetadata").collect()
+        rows = (
+            (table.history() if version is None else table.history(wanted + 8))
+            .select("version", "operation", "userMetadata")
+            .collect()
+        )
         since = sorted((r for r in rows if version is None or r.version > version), key=lambda r: r.version)
         if version is None or (since and since[0].version == version + 1) or len(rows) < wanted + 8:
             return since  # complete, or all the log still holds
@@ -65,14 +82,20 @@ def changes_rows(commit) -> bool:
     return (commit.userMetadata or "").startswith(TAG) or commit.operation not in MAINTENANCE
 
 
-def tagged(spark: SparkSession, path: str, tag: str, write: Callable[[], None], txn_version: int | None = None) -> None:
+def tagged(
+    spark: SparkSession, path: str, tag: str, write: Callable[[], object], txn_version: int | None = None
+) -> None:
     """Run ``write`` (a commit to the table at ``path``, DML included) with its commit's
     userMetadata set to ``tag``, holding the table's commit lock. With ``txn_version``, Delta
     skips the write if a commit with transaction id (``LEDGER_APP``, that version or later) landed."""
     confs = {"spark.databricks.delta.commitInfo.userMetadata": tag}
     if txn_version is not None:
-        confs.update({"spark.databricks.delta.write.txnAppId": LEDGER_APP,
-                      "spark.databricks.delta.write.txnVersion": str(txn_version)})
+        confs.update(
+            {
+                "spark.databricks.delta.write.txnAppId": LEDGER_APP,
+                "spark.databricks.delta.write.txnVersion": str(txn_version),
+            }
+        )
     with committing(path), session_conf(spark, confs):
         write()
 
@@ -88,8 +111,13 @@ def rewrite(df: DataFrame, path: str, replaced: str | None, tag: str) -> None:
     """In one commit: remove the rows matching ``replaced`` (None: every row) and add ``df``
     (whose rows may lie outside ``replaced``: new partials go to later buckets)."""
     options = {"replaceWhere": replaced} if replaced is not None else {}
-    with committing(path), session_conf(df.sparkSession,  # the table lock first, as in ``tagged``
-                                         {"spark.databricks.delta.replaceWhere.constraintCheck.enabled": "false"}):
+    with (
+        committing(path),
+        session_conf(
+            df.sparkSession,  # the table lock first, as in ``tagged``
+            {"spark.databricks.delta.replaceWhere.constraintCheck.enabled": "false"},
+        ),
+    ):
         save(df, path, tag, "overwrite", **options)
 
 
@@ -101,8 +129,9 @@ def lost_race(error: BaseException) -> bool:
     """Whether ``error`` is a write that lost to another writer (Delta's Concurrent*, a
     metadata change, or ``Interleaved``): the write may be tried again."""
     text = type(error).__name__ + str(error)[:500]
-    return isinstance(error, Interleaved) or "Concurrent" in text or "MetadataChanged" in text \
-        or "ProtocolChanged" in text
+    return (
+        isinstance(error, Interleaved) or "Concurrent" in text or "MetadataChanged" in text or "ProtocolChanged" in text
+    )
 
 
 def version_of(history: list, tag: str) -> int | None:
@@ -130,12 +159,13 @@ def advance(spark: SparkSession, path: str, base: int | None, tag: str, write: C
     maintenance is kept. If another attempt's commit lands between the undo and this write, the
     write is tried again from the start (``RETRIES`` times, then ``Interleaved`` is raised), so
     the returned version never holds another attempt's rows."""
-    for attempt in range(1, RETRIES + 1):
+    for _ in range(RETRIES - 1):
         try:
             return _advance(spark, path, base, tag, write)
         except Exception as e:
-            if attempt == RETRIES or not lost_race(e):
+            if not lost_race(e):
                 raise
+    return _advance(spark, path, base, tag, write)
 
 
 def _advance(spark: SparkSession, path: str, base: int | None, tag: str, write: Callable[[], None]) -> int | None:
@@ -148,4 +178,3 @@ def _advance(spark: SparkSession, path: str, base: int | None, tag: str, write: 
     if any(changes_rows(c) for c in history if c.userMetadata != tag and (mine is None or c.version < mine)):
         raise Interleaved(f"another attempt committed to {path} while this one wrote it")
     return start if mine is None else mine
-

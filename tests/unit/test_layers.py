@@ -1,9 +1,10 @@
 """The architecture as a test: ``framework/`` is five layer packages, imports point down the
 layers only, no module imports itself back through others, and the lower layers stay free of
-what they must not know (docs/architecture.md).
+what they must not know (docs/design.md#layers).
 
 Every import counts: module level, inside functions and under ``TYPE_CHECKING``, since each is a
 dependency a reader has to follow."""
+
 from __future__ import annotations
 
 import ast
@@ -39,7 +40,7 @@ def _imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
             for alias in node.names:
                 found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
@@ -81,7 +82,7 @@ def test_no_import_cycles():
 
     def visit(module: str, path: list[str]) -> None:
         if module in path:
-            pytest.fail("import cycle: " + " -> ".join(path[path.index(module):] + [module]))
+            pytest.fail("import cycle: " + " -> ".join(path[path.index(module) :] + [module]))
         if module in done:
             return
         for target in sorted(GRAPH[module]):

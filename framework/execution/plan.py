@@ -1,0 +1,103 @@
+"""What a batch's plan works from and yields (``Batch``, ``Outcome``, ``Limited``) and the
+columns its aggregates build: shared by ``engine``, which plans a batch, and ``ratelimit``, which
+replaces an outcome's results by what a suppression buffer emits, so neither imports the other
+for them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from ..definition.columns import POS
+from ..definition.pipeline import Pipeline
+from .streamtime import NO_TIME
+
+
+@dataclass
+class Batch:
+    """What one batch works from: its records (with ``TS``, ``STREAM_BEFORE``, ``ARRIVAL``) and state."""
+
+    pipeline: Pipeline
+    seq: int
+    records: DataFrame
+    stream_time_before: int | None
+    stream_time: int | None
+    state: DataFrame | None  # window_state as of the last committed batch
+    kept_records: DataFrame | None  # sliding windows: records as of the last committed batch
+    bucket_ms: int
+    buffer: DataFrame | None = None  # until_time_limit: the suppression buffer as of the last committed batch
+    cache: Callable[[DataFrame], DataFrame] = lambda df: df  # keeps a frame the plan reads more than once
+
+    @property
+    def stb(self) -> int:
+        return NO_TIME if self.stream_time_before is None else self.stream_time_before
+
+    @property
+    def sta(self) -> int:
+        return NO_TIME if self.stream_time is None else self.stream_time
+
+
+@dataclass
+class Limited:
+    """What the buffer did in one batch."""
+
+    emissions: DataFrame  # sink rows: keys, window bounds (ms), aggregates, ``GONE``, ``EMITTED_AT``
+    buffer: DataFrame  # the buffer after the batch: entries with ``BUFFER_TIME``, ``SIZE``, ``ENTRY_KEY``, values
+    changes: DataFrame  # ``POS``, ``_dc``, ``_db``: entries and bytes added (or removed) per position
+
+    def stats(self) -> dict:
+        """Buffer count and bytes after the batch and their largest value after any record."""
+        return buffer_stats(self.changes)
+
+
+def buffer_stats(changes: DataFrame) -> dict:
+    """Count and bytes of a buffer after a batch and their largest value after any record, from
+    its changes (``Limited.changes``)."""
+    per_pos = changes.groupBy(POS).agg(F.sum("_dc").alias("dc"), F.sum("_db").alias("db"))
+    upto = Window.orderBy(POS).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    running = per_pos.select(POS, F.sum("dc").over(upto).alias("n"), F.sum("db").over(upto).alias("b"))
+    row = running.agg(
+        F.max("n").alias("count_max"),
+        F.max("b").alias("size_max"),
+        F.max_by("n", POS).alias("count"),
+        F.max_by("b", POS).alias("size"),
+    ).collect()[0]
+    return {k: int(row[k] or 0) for k in ("count", "count_max", "size", "size_max")}
+
+
+@dataclass
+class Outcome:
+    """A batch's effect: state rows to upsert/delete, results, late records, counters."""
+
+    state_changes: DataFrame | None  # window_state rows + ``GONE``, MERGEd: closed/gone rows deleted
+    state_rewrite: tuple[DataFrame, str] | None  # or: rows written replacing the state matching a predicate
+    new_records: DataFrame | None  # sliding windows: records to keep
+    records_cutoff: int | None  # sliding windows: kept records older than this are dropped
+    results: DataFrame  # keys, window bounds (ms), finished aggregates, ``GONE``
+    late: DataFrame  # records that landed in no window
+    closed: DataFrame  # the windows that closed in this batch
+    counted: DataFrame  # per-record frame the counters aggregate over
+    counters: dict[str, Column]  # aggregate expressions over ``counted`` for metrics
+    open_windows: DataFrame  # windows (or keys) held in state after the batch
+    limited: Limited | None = None  # until_time_limit: what the suppression buffer did (``ratelimit``)
+    opened: Callable[[], int] | None = None  # time windows: how many windows the batch added to state
+
+
+# ---- the columns of a pipeline's aggregates ---------------------------------------------------
+def partials(p: Pipeline) -> list[Column]:
+    return [F.expr(x.partial).alias(x.column) for a in p.aggregates for x in a.partials]
+
+
+def merges(p: Pipeline) -> list[Column]:
+    return [F.expr(x.merge).alias(x.column) for a in p.aggregates for x in a.partials]
+
+
+def finished(p: Pipeline) -> list[Column]:
+    return [F.expr(a.finish).alias(a.name) for a in p.aggregates]
+
+
+def partial_names(p: Pipeline) -> list[str]:
+    return [x.column for a in p.aggregates for x in a.partials]

@@ -1,0 +1,408 @@
+"""The batch protocol: run one batch of a pipeline exactly once, whatever else runs.
+
+1. Read the ledger (its version is the attempt's *fence*) and validate the input, at once.
+   Finish publishing the last committed batch if its publication was cut short (step 6).
+   A committed batch id is a no-op (same input) or a loud error (other input); ids increase.
+2. Plan the batch from state as of the versions the last committed batch recorded (Delta time
+   travel): planning is deterministic from those versions and the input.
+3. Audit the results (write-audit-publish). Nothing has been written yet, so a failed gate, a
+   full strict buffer or input that fails while planning leaves nothing behind.
+4. Write, all at the same time: each state table *advanced* from its recorded version
+   (``writes.advance``: whatever an attempt that never committed left there is undone first),
+   and the sink rows and late records *staged* under ``_staging/<seq>-<attempt>`` (Parquet
+   files: only their publisher reads them). Beside the writes, the snapshots of the tables
+   steps 5 and 6 commit to are read, so those commits start from cached snapshots.
+5. Append the ledger row (versions written, metrics) with ``ledger.commit_point``: Delta commits
+   it only if no other batch or replay committed since the attempt read the ledger. This is
+   the commit point; of overlapping attempts exactly one passes it, the others stop here.
+6. Publish: append the staged rows to the sink, late records and metrics tables, all at once
+   (each once: Delta's transaction id skips a repeat), then remove the staging folder. Whoever
+   finds a committed batch still staged (the committing attempt died) publishes it the same way.
+
+No attempt ever holds a claim, so nothing wedges: a batch that failed anywhere before step 5
+is re-run with the same or corrected input as if it had never run. Other writers' commits
+(``OPTIMIZE``, table properties, ``VACUUM``) change no rows and fence out nothing.
+
+A ``BatchAttempt`` is one run of these steps against one table layout (a pipeline's tables, or
+a replay's staged ones): everything it knows lives on it and ends with it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+from delta.tables import DeltaTable
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from ..definition.columns import GONE, STREAM_BEFORE, TS
+from ..definition.pipeline import Pipeline
+from ..errors import (
+    BatchFailedError,
+    BatchOrderError,
+    ConcurrentBatchError,
+    DefinitionError,
+    FingerprintMismatchError,
+    FrameworkError,
+)
+from ..execution.sources import BatchInput, check_drift, read_batch
+from ..execution.streamtime import to_datetime
+from ..storage import files, ledger, sinks, state, tables, writes
+from ..storage.ledger import LedgerRow, Status
+from .planning import Kept, Plan, batch_metrics, definition, plan
+from .publication import PUBLICATION, finish
+from .settings import Settings
+from .steps import Steps
+
+log = logging.getLogger("framework.runtime")
+
+WRITE_POINTS = ("state", "records", "buffer", "output", "late_records", "ledger_commit", "publish")
+ATTEMPTED = "_batch_id"  # in a staging folder: the batch its attempt runs
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What ``run_batch`` did."""
+
+    pipeline: str
+    batch_id: str
+    seq: int
+    status: str  # "committed" | "already committed"
+    emitted: int
+    dropped_late: int
+    stream_time: dt.datetime | None
+    metrics: dict = field(default_factory=dict)
+
+
+def result_of(s: Settings, p: Pipeline, t: tables.Tables, row: LedgerRow, status: str) -> BatchResult:
+    """What committed batch ``row`` did, as its ledger row (or, before rows kept metrics, the
+    metrics table) records it."""
+    values = row.recorded_metrics()
+    if values is None:
+        m = tables.read(s.spark, t.metrics).filter(F.col("seq") == row.seq).collect()
+        values = m[0].asDict() if m else {}
+    published = values.get("rows_published", values.get("suppression_emit_total"))  # older rows: no count
+    return BatchResult(
+        p.name,
+        row.batch_id,
+        row.seq,
+        status,
+        int(published or 0),
+        int(values.get("late_records") or 0),
+        to_datetime(row.stream_time),
+        values,
+    )
+
+
+def cause(e: Exception) -> str:
+    """The first line of a Spark error (a Py4JJavaError's own first line names no cause)."""
+    text = str(getattr(e, "java_exception", None) or e)
+    return (text.strip().splitlines() or [type(e).__name__])[0][:500]
+
+
+class BatchAttempt:
+    """One attempt of batch ``batch_id`` of ``p`` against the tables ``t``; ``run`` it once."""
+
+    def __init__(self, s: Settings, p: Pipeline, batch_id: str, t: tables.Tables, ledgers: ledger.Ledgers):
+        if not isinstance(batch_id, str) or not batch_id.strip() or len(batch_id) > 256:
+            raise FrameworkError(f"pipeline {p.name!r}: batch_id must be a non-empty string (<= 256 chars)")
+        self.s, self.p, self.batch_id, self.t, self.ledgers = s, p, batch_id, t, ledgers
+        self.steps = Steps(s.spark, f"pipeline {p.name!r}, batch {batch_id!r}")
+        self.attempt = uuid.uuid4().hex
+        self.seen: tuple[str, int, int] | None = None  # the ledger's (id, version, fence) as read
+        self.rows: list[LedgerRow] = []  # its rows then
+        self.last: LedgerRow | None = None  # the last committed batch
+        self.seq = 0  # this batch's, once the ledger is read
+
+    @property
+    def staging(self) -> str:
+        return f"{self.t.staging}/{self.seq}-{self.attempt}"
+
+    def run(self, input_df: DataFrame, batch_end: dt.datetime | None = None) -> BatchResult:
+        """Run the protocol; a Spark error becomes a ``BatchFailedError`` naming its step."""
+        try:
+            return self._run(input_df, batch_end)
+        except (Py4JJavaError, PySparkException) as e:
+            where, step = self.steps.where, self.steps.step
+            if step == "writing 'publish'" or step.startswith("publishing"):
+                raise BatchFailedError(
+                    f"{where}: failed while {step}: {cause(e)}. The committed batch's rows stay staged; "
+                    "the next run of any batch of the pipeline publishes them once the cause is fixed."
+                ) from e
+            raise BatchFailedError(
+                f"{where}: failed while {step}: {cause(e)}. The batch is not committed; fix the "
+                "cause (see the chained Spark error) and re-run it."
+            ) from e
+
+    def _run(self, input_df: DataFrame, batch_end: dt.datetime | None) -> BatchResult:
+        """The protocol's steps (see the module docstring), in order."""
+        started_at = time.monotonic()
+        inp = self._read(input_df, batch_end)
+        pending = self._finish_previous()
+        done = self._already_committed(inp)
+        if done is not None:
+            return done
+        self._check(pending)
+        files.put_text(self.s.spark, f"{self.staging}/{ATTEMPTED}", self.batch_id)
+        kept = Kept()
+        try:
+            self.steps.step = "reading state and planning"
+            planned = plan(self.s, self.steps, self.p, self.t, self.seq, inp, self.last, batch_end, kept)
+            rows_out = sinks.shape(self.p, planned.outcome.results, self.batch_id, planned.stream_time)
+            self._audit(planned, rows_out)
+            written = self._write(planned, rows_out, input_df, kept)
+            values = batch_metrics(self.p, planned, inp, started_at)
+        finally:
+            kept.release()
+        commit = self._commit(planned, inp, written, values)
+        self._write_point("publish", lambda: finish(self.steps, self.p, self.t, commit))
+        log.info(
+            "%s: committed seq=%d emitted=%d stream_time=%s in %.1f s",
+            self.steps.where,
+            self.seq,
+            planned.emitted,
+            to_datetime(planned.stream_time),
+            time.monotonic() - started_at,
+        )
+        return BatchResult(
+            self.p.name,
+            self.batch_id,
+            self.seq,
+            Status.COMMITTED.value,
+            planned.emitted,
+            int(planned.counts.get("late_records") or 0),
+            to_datetime(planned.stream_time),
+            values,
+        )
+
+    # ---- 1. the ledger, the input, the previous publication and the checks ----------------------
+    def _read(self, input_df: DataFrame, batch_end: dt.datetime | None) -> BatchInput:
+        """Read the ledger and validate the input at once; check the input's schema drift."""
+        (self.seen, self.rows), inp = self.steps.concurrently(
+            {
+                "reading the ledger": lambda: self.ledgers.read(self.t.ledger),
+                "validating the input": lambda: read_batch(
+                    self.p, self.batch_id, input_df, self.s.latest_ms(batch_end)
+                ),
+            }
+        )
+        committed = ledger.committed_rows(self.rows)
+        self.last = committed[-1] if committed else None
+        self.seq = self.last.seq + 1 if self.last else 1
+        check_drift(self.p, self.batch_id, input_df, self.last.input_schema if self.last else None)
+        return inp
+
+    def _finish_previous(self) -> list[str]:
+        """Publish the last committed batch if still staged; the staging folders of later attempts."""
+        self.steps.step = "publishing the last committed batch"
+        return finish(self.steps, self.p, self.t, self.last)
+
+    def _already_committed(self, inp: BatchInput) -> BatchResult | None:
+        """A committed batch id: what it did (same input), or a loud error (other input)."""
+        done = next((r for r in reversed(ledger.committed_rows(self.rows)) if r.batch_id == self.batch_id), None)
+        if done is None:
+            return None
+        if done.fingerprint != inp.fingerprint:
+            raise FingerprintMismatchError(
+                f"{self.steps.where}: already committed (seq {done.seq}) with different input "
+                f"(fingerprint {done.fingerprint} != {inp.fingerprint}). Committed batches are immutable; "
+                "use replay to re-run a historical range."
+            )
+        return result_of(self.s, self.p, self.t, done, "already committed")
+
+    def _check(self, pending: list[str]) -> None:
+        """Refuse a batch out of order, over an unfinished attempt, or of a changed definition."""
+        where, last = self.steps.where, self.last
+        if last is not None and self.batch_id < last.batch_id:
+            raise BatchOrderError(
+                f"{where}: out of order: batch {last.batch_id!r} (seq {last.seq}) is already "
+                "committed and batch ids must increase."
+            )
+        self._undo_legacy_attempts()
+        if last is not None and last.definition != definition(self.p):
+            raise DefinitionError(
+                f"{where}: the pipeline definition changed incompatibly since batch "
+                f"{last.batch_id!r}: was [{last.definition}], now [{definition(self.p)}]. "
+                "State cannot be reinterpreted; create a pipeline with a new name."
+            )
+        self._check_unfinished(pending)
+
+    def _undo_legacy_attempts(self) -> None:
+        """Remove what an unfinished attempt of the previous protocol (a ledger row 'started',
+        which wrote results, metrics and late records before its commit) published."""
+        started = [
+            r.batch_id
+            for r in self.rows
+            if r.status == Status.STARTED and r.seq == self.seq and not (r.fingerprint or "").startswith("replay@")
+        ]
+        if not started:
+            return
+        self.steps.step = "undoing an unfinished attempt of an earlier version"
+        spark, p, t, seq = self.s.spark, self.p, self.t, self.seq
+        tag = f"{writes.TAG}{p.name}.legacy@{seq}"
+        output_rows = F.col("emitted_batch_id").isin(started) if p.suppression is not None else None
+        for path, rows_of in ((t.metrics, F.col("seq") == seq), (t.late, F.col("seq") == seq), (t.output, output_rows)):
+            if rows_of is not None and tables.exists(spark, path):
+                writes.tagged(spark, path, tag, lambda: DeltaTable.forPath(spark, path).delete(rows_of))  # runs now
+        before = self.last.output_version if self.last is not None else None
+        if p.suppression is None and before is not None and tables.latest_version(spark, t.output) != before:
+            writes.reset(spark, t.output, before, tag)
+
+    def _check_unfinished(self, pending: list[str]) -> None:
+        """Refuse to run a batch while an attempt of an earlier batch id at the same sequence
+        number did not commit (it failed, or still runs): its records would be skipped. That
+        batch may be re-run with corrected input; nothing else needs it."""
+        for name in pending:
+            if name.startswith(f"{self.seq}-"):
+                other = files.get_text(self.s.spark, f"{self.t.staging}/{name}/{ATTEMPTED}")
+                if other is not None and other != self.batch_id:
+                    raise BatchOrderError(
+                        f"{self.steps.where}: batch {other!r} (seq {self.seq}) was attempted and has not committed "
+                        "(it failed, or still runs); run it to completion first, with its input corrected if "
+                        "need be, so that its records are not skipped."
+                    )
+
+    # ---- 3. audit -------------------------------------------------------------------------------
+    def _audit(self, planned: Plan, rows_out: DataFrame) -> None:
+        """The quality gate over final or rate-limited rows, before anything is written."""
+        self.steps.step = "auditing the results"
+        if not (planned.emitted and self.s.quality and self.p.suppression is not None):
+            return
+        from . import quality  # GX loads only in processes that have final or rate-limited rows to audit
+
+        spark, output = self.s.spark, self.t.output
+        published = tables.read(spark, output) if tables.exists(spark, output) else None
+        quality.gate(
+            spark,
+            self.p,
+            rows_out.drop(GONE),
+            published,
+            self.batch_id,
+            self.s.warehouse,
+            expectations_dir=self.s.expectations,
+        )
+
+    # ---- 4. write -------------------------------------------------------------------------------
+    def _write(self, planned: Plan, rows_out: DataFrame, input_df: DataFrame, kept: Kept) -> dict[str, int | None]:
+        """State advanced and rows staged, all at once, beside reading the snapshots the commit
+        and publication write to; the version each state table is at, by write point."""
+        spark, p, t, outcome, sta = self.s.spark, self.p, self.t, planned.outcome, planned.stream_time
+        writing = {
+            "state": lambda: state.write_state(
+                spark, t.state, p, outcome, self._base("state"), self._tag("state"), sta, kept
+            ),
+            "records": lambda: state.write_records(
+                spark, t.records, outcome, self._base("records"), self._tag("records"), self.s.bucket_ms
+            ),
+            "buffer": lambda: state.write_buffer(
+                spark, state.buffer_path(t, p), outcome, self._base("buffer"), self._tag("buffer")
+            ),
+        }
+        if planned.emitted:
+            writing["output"] = lambda: files.stage(sinks.staged(p, rows_out), f"{self.staging}/output")
+        if planned.counts.get("late_records"):
+            late = self._late_records(outcome.late, input_df)
+            writing["late_records"] = lambda: files.stage(late, f"{self.staging}/late_records")
+        tasks: dict[str, Callable[[], object]] = {
+            f"writing {point!r}": functools.partial(self._write_point, point, action)
+            for point, action in writing.items()
+        }
+        tasks["counting open windows"] = planned.open_now
+        for path in (
+            t.ledger,
+            t.metrics,
+            *([t.output] if planned.emitted else []),
+            *([t.late] if "late_records" in writing else []),
+        ):  # what the commit and publication write
+            tasks[f"reading {path}"] = functools.partial(tables.prepare, spark, path)
+        return dict(zip(writing, self.steps.concurrently(tasks)))
+
+    def _late_records(self, late: DataFrame, input_df: DataFrame) -> DataFrame:
+        """Late records as kept: keys, event time, the stream time that made them late, the record."""
+        return late.select(
+            *self.p.keys,
+            F.timestamp_millis(TS).alias("event_time"),
+            F.timestamp_millis(STREAM_BEFORE).alias("stream_time_before"),
+            F.lit(self.batch_id).alias("batch_id"),
+            F.lit(self.seq).cast("long").alias("seq"),
+            F.to_json(F.struct(*[F.col(c) for c in input_df.columns])).alias("record"),
+        )
+
+    def _write_point(self, point: str, action: Callable[[], object]) -> object:
+        """Write at ``point`` (``WRITE_POINTS``); losing a race to another writer stops the attempt."""
+        self.steps.step = f"writing {point!r}"
+        self.s.before_write(point)
+        try:
+            return action()
+        except Exception as e:
+            if not writes.lost_race(e):
+                raise
+            if point == "ledger_commit":
+                raise self._fenced_out() from e
+            raise ConcurrentBatchError(
+                f"{self.steps.where}: another attempt or writer changed {point!r} at the same time; this attempt "
+                "stopped before its commit point. Re-run the batch: it runs again or reports 'already "
+                "committed'."
+            ) from e
+
+    def _base(self, table: str) -> int | None:
+        """The version of state table ``table`` the last committed batch left."""
+        return self.last.version(table) if self.last is not None else None
+
+    def _tag(self, table: str) -> str:
+        return f"{writes.TAG}{self.p.name}.{table}@{self.seq}:{self.attempt}"
+
+    # ---- 5. the commit point --------------------------------------------------------------------
+    def _commit(self, planned: Plan, inp: BatchInput, written: dict[str, int | None], values: dict) -> LedgerRow:
+        """Mark what to publish, then append the ledger row: the commit point."""
+        staged = [name for name in ("output", "late_records") if name in written]
+        files.put_text(self.s.spark, f"{self.staging}/{PUBLICATION}", json.dumps({"replay": False, "staged": staged}))
+        versions = {name: written.get(name, self._base(name)) for name in state.TABLES}
+        last, sta = self.last, planned.stream_time
+        commit = LedgerRow(
+            seq=self.seq,
+            batch_id=self.batch_id,
+            status=Status.COMMITTED.value,
+            attempt=self.attempt,
+            fingerprint=inp.fingerprint,
+            records_in=inp.count,
+            stream_time_before=last.stream_time if last else None,
+            stream_time=sta,
+            state_version=versions["state"],
+            records_version=versions["records"],
+            input_schema=inp.schema_json,
+            definition=definition(self.p),
+            at=dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
+            buffer_version=versions["buffer"],
+            windows_open=values.get("windows_open"),
+            output_base=tables.latest_version(self.s.spark, self.t.output),
+            metrics=json.dumps({k: v for k, v in values.items() if k != "stream_time"}),
+        )
+        self._write_point("ledger_commit", lambda: self._commit_point(commit))
+        return commit
+
+    def _commit_point(self, commit: LedgerRow) -> None:
+        """Pass the commit point, or stop: another batch or replay committed since the ledger was read."""
+        path, seen = self.t.ledger, self.seen
+        assert seen is not None  # read in step 1
+        made = ledger.commit_point(
+            ledger.to_frame(self.s.spark, [commit]), path, seen[1], seen[2], self._tag("ledger"), mergeSchema="true"
+        )
+        if made is None:
+            raise self._fenced_out()
+        self.ledgers.appended(path, seen, self.rows, commit, made)
+
+    def _fenced_out(self) -> ConcurrentBatchError:
+        return ConcurrentBatchError(
+            f"{self.steps.where}: another attempt of this batch (or a replay) committed first; this attempt "
+            "published nothing. Re-run the batch: it reports 'already committed' or runs on the new state."
+        )

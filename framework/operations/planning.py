@@ -1,0 +1,191 @@
+"""Planning a batch: from state as of the versions the last committed batch recorded (Delta
+time travel) and the batch's input, so a plan is deterministic and any attempt of the batch
+plans the same. Nothing is written here: a bound that a strict buffer would exceed stops the
+batch before its writes (``check_buffer``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from pyspark.sql import DataFrame
+
+from ..definition.columns import TS
+from ..definition.pipeline import Pipeline
+from ..definition.windows import TimeWindows
+from ..errors import BufferFullError
+from ..execution import engine, ratelimit
+from ..execution.sources import BatchInput
+from ..execution.streamtime import arrival_order, at_batch_start, to_datetime, to_epoch_millis, with_stream_time
+from ..storage import sinks, state, tables, writes
+from ..storage.ledger import LedgerRow
+from .settings import Settings
+from .steps import Steps
+
+SCAN_RECORDS_PER_PARTITION = 200_000  # below this a batch's stream-time scan runs as one task
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A planned batch and its counts."""
+
+    outcome: engine.Outcome
+    stream_time: int | None
+    counts: dict  # the outcome's counters
+    closed: int  # windows closed
+    emitted: int  # rows for the sink
+    open_now: Callable[[], int]  # windows open after the batch (counted once, when first asked)
+    buffered: dict | None  # rate-limiting buffer statistics
+
+
+class Kept:
+    """Frames cached for the duration of one batch (reused by several writes), then released."""
+
+    def __init__(self):
+        self.frames: list[DataFrame] = []
+
+    def __call__(self, df: DataFrame) -> DataFrame:
+        self.frames.append(df.persist())
+        return df
+
+    def release(self) -> None:
+        for df in self.frames:
+            df.unpersist()
+
+
+def definition(p: Pipeline) -> str:
+    """The parts of a pipeline that state depends on; changing them needs a new pipeline."""
+    w = p.windows.describe() if p.windows is not None else "none"
+    return f"keys={list(p.keys)}; windows={w}; aggregates={[a.describe() for a in p.aggregates]}"
+
+
+def plan(
+    s: Settings,
+    steps: Steps,
+    p: Pipeline,
+    t: tables.Tables,
+    seq: int,
+    inp: BatchInput,
+    last: LedgerRow | None,
+    batch_end: dt.datetime | None,
+    kept: Kept,
+) -> Plan:
+    """Plan the batch from state as of the last committed batch and count what it does
+    (the counts run at the same time; results stay cached for the writes)."""
+    stb = last.stream_time if last else None
+    records, sta = _with_stream_time(s, p, seq, inp, stb, batch_end)
+
+    def as_of(table: str) -> DataFrame | None:
+        """A state table's rows as of the recorded version, read from the current version when
+        only maintenance landed since (its files may be compacted and VACUUMed away)."""
+        version, path = last.version(table) if last else None, state.path(t, p, table)
+        if version is None or path is None:
+            return None
+        return tables.read(s.spark, path, writes.same_rows(s.spark, path, version))
+
+    batch = engine.Batch(
+        p, seq, records, stb, sta, as_of("state"), as_of("records"), s.bucket_ms, as_of("buffer"), cache=kept
+    )
+    outcome = engine.plan(batch)
+    if p.rate_limited:
+        outcome = ratelimit.limit(batch, outcome)
+    open_before = last.windows_open if last else 0
+
+    def windows() -> tuple[int, int]:
+        kept(outcome.results)  # caching plans the read of state: here, beside the counters' job
+        closed = outcome.closed.count()
+        same = outcome.closed is outcome.results and not p.steps
+        return closed, closed if same else sinks.shape(p, outcome.results, "", sta).count()
+
+    counted = {
+        "counters": lambda: (
+            outcome.counted.agg(*[v.alias(k) for k, v in outcome.counters.items()]).collect()[0].asDict()
+        ),
+        "windows": windows,
+    }
+    counts, (closed, emitted) = steps.concurrently(counted)
+
+    @functools.cache
+    def open_now() -> int:
+        if outcome.opened is not None and open_before is not None:
+            return open_before + outcome.opened() - closed
+        return outcome.open_windows.count()
+
+    buffered = outcome.limited.stats() if outcome.limited is not None else None
+    check_buffer(steps.where, p, batch, open_now, buffered)
+    return Plan(outcome, sta, counts, closed, emitted, open_now, buffered)
+
+
+def _with_stream_time(
+    s: Settings, p: Pipeline, seq: int, inp: BatchInput, stb: int | None, batch_end: dt.datetime | None
+) -> tuple[DataFrame, int | None]:
+    """The records with their stream time before each, and the stream time after the batch."""
+    if engine.needs_order(p):
+        order = arrival_order(inp.frame, TS, p.arrival, p.keys)
+        parallelism = max(1, min(s.partitions, inp.count // SCAN_RECORDS_PER_PARTITION))
+        records, sta = with_stream_time(inp.frame, order, TS, seq, stb, p.lateness == "record", parallelism, inp.max_ts)
+    else:
+        records, sta = at_batch_start(inp.frame, stb, inp.max_ts)
+    if p.idle_advance_ms is not None and batch_end is not None:
+        sta = max(x for x in (sta, to_epoch_millis(batch_end) - p.idle_advance_ms) if x is not None)
+    return records, sta
+
+
+def check_buffer(where: str, p: Pipeline, batch: engine.Batch, held: Callable[[], int], buffered: dict | None) -> None:
+    """Strict bounded buffers (``shut_down_when_full``) stop the batch before anything is
+    written when the buffer would exceed a bound after any record (its largest size in the
+    batch): a rate-limiting buffer holds updated keys, a final-results one the open windows
+    (after the batch only for sliding and session windows, whose buffer is not modelled)."""
+    buf = p.suppression.buffer if p.suppression is not None else None
+    if buf is None or getattr(buf, "when_full", None) != "shut_down":
+        return
+    what = "entries" if p.rate_limited else "windows"
+    if buffered is None and isinstance(p.windows, TimeWindows) and p.lateness == "record":
+        buffered = ratelimit.held_until_close(batch)
+    if buffered is not None:
+        count, size = buffered["count_max"], buffered["size_max"]
+    else:
+        count, size = held(), None
+    over = []
+    if buf.record_limit is not None and count > buf.record_limit:
+        over.append(f"max_records={buf.record_limit}")
+    if buf.byte_limit is not None and size is not None and size > buf.byte_limit:
+        over.append(f"max_bytes={buf.byte_limit}")
+    if over:
+        reached = f"{count} {what}" + (f" ({size} bytes)" if size is not None else "")
+        raise BufferFullError(
+            f"{where}: suppression buffer {p.suppression.name or '<unnamed>'} would hold {reached}, over its "
+            f"bound {' and '.join(over)} (shut_down_when_full). Nothing was committed; raise the bound "
+            "or use BufferConfig.unbounded(), then re-run the batch."
+        )
+
+
+def batch_metrics(p: Pipeline, plan: Plan, inp: BatchInput, started_at: float) -> dict:
+    """The batch's metrics row (KIP-328 names), recorded in its ledger row and published; the
+    ledger row also keeps ``rows_published``, the rows the sink received (after any filter)."""
+    final, buffered, open_now = p.suppressed_final, plan.buffered, plan.open_now()
+    values = dict(
+        plan.counts,
+        records_in=inp.count,
+        rows_published=plan.emitted,
+        suppression_emit_total=plan.closed if final else 0,
+        windows_open=open_now,
+        windows_closed=plan.closed,
+        suppression_buffer_count_current=open_now if final else None,
+        suppression_buffer_count_max=(open_now + plan.closed) if final else None,
+        stream_time=to_datetime(plan.stream_time),
+        batch_duration_ms=int((time.monotonic() - started_at) * 1000),
+    )
+    if buffered is not None:
+        values.update(
+            suppression_emit_total=plan.emitted,
+            suppression_buffer_count_current=buffered["count"],
+            suppression_buffer_count_max=buffered["count_max"],
+            suppression_buffer_size_current=buffered["size"],
+            suppression_buffer_size_max=buffered["size_max"],
+        )
+    return values

@@ -1,0 +1,166 @@
+"""The DAG files and the DAG factory, parsed by Airflow without running anything: they parse
+cleanly and light, schedule real intervals in order, submit the job then gate it; and the
+downstream side's reading of asset events (no Spark; Airflow runs are in ``tests/test_airflow.py``
+and ``tests/test_airflow_scheduler.py``)."""
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+# Airflow reads its home when first imported: point it at a throwaway folder before that happens.
+os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="airflow-home-")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+
+ROOT = Path(__file__).resolve().parents[2]
+DAGS = ROOT / "dags"
+PIPELINES = {"user_alerts", "page_sessions", "sliding_metric"}
+
+
+@pytest.fixture(scope="module")
+def dagbag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(DAGS))
+
+
+def test_dag_file_has_no_import_errors(dagbag):
+    assert dagbag.import_errors == {}
+    assert set(dagbag.dag_ids) == PIPELINES | {f"{p}_replay" for p in PIPELINES} | {"user_alert_notifications"}
+
+
+def test_parsing_the_dag_file_imports_no_spark():
+    code = (
+        "import runpy, sys; runpy.run_path(sys.argv[1]); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'delta', 'great_expectations')))"
+    )
+    for dag_file in ("finalresults_pipelines.py", "user_alert_notifications.py"):
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(DAGS / dag_file)], capture_output=True, text=True, env=os.environ
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("dag_id", sorted(PIPELINES))
+def test_runs_are_ordered_intervals(dagbag, dag_id):
+    from airflow.serialization.encoders import coerce_to_core_timetable
+    from airflow.timetables.base import TimeRestriction
+
+    dag = dagbag.dags[dag_id]
+    timetable = coerce_to_core_timetable(dag.timetable)
+    first = timetable.next_dagrun_info(
+        last_automated_data_interval=None, restriction=TimeRestriction(dag.start_date, None, catchup=True)
+    )
+    second = timetable.next_dagrun_info(
+        last_automated_data_interval=first.data_interval,
+        restriction=TimeRestriction(dag.start_date, None, catchup=True),
+    )
+    assert first.data_interval.start == dag.start_date < first.data_interval.end == second.data_interval.start
+    assert dag.max_active_runs == 1 and dag.catchup
+    assert all(t.depends_on_past and t.wait_for_downstream and t.retries > 0 for t in dag.tasks)
+
+
+@pytest.mark.parametrize("dag_id", sorted(PIPELINES))
+def test_spark_submit_then_quality_gate(dagbag, dag_id):
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    dag = dagbag.dags[dag_id]
+    batch, gate = dag.get_task("spark_batch"), dag.get_task("quality_gate")
+    assert isinstance(batch, SparkSubmitOperator)
+    assert batch.downstream_task_ids == {"quality_gate"} and not gate.downstream_task_ids
+    assert batch.application == str(ROOT / "jobs" / f"{dag_id}.py")
+    assert batch.packages.startswith("io.delta:delta-spark_2.13:")
+    args = batch.application_args
+    assert args[:4] == [
+        "--batch-start",
+        "{{ data_interval_start.isoformat() }}",
+        "--batch-end",
+        "{{ data_interval_end.isoformat() }}",
+    ]
+    assert args[4::2] == ["--warehouse", "--landing"]
+    # the gate's outlet is the results table's asset; its event names the run's batch (docs/design.md#downstream)
+    sink = dagbag.dags[dag_id].get_task("spark_batch")  # same job module as the gate
+    assert [a.uri for a in gate.outlets] == [f"file://{args[5]}/{dag_id}/{_sink(sink.application)}"]
+    assert gate.op_kwargs["batch_start"] == args[1]
+
+
+def _sink(job_file: str) -> str:
+    from framework.orchestration.jobs import load_job
+
+    return load_job(job_file).PIPELINE.sink
+
+
+def test_the_downstream_dag_is_scheduled_on_the_alerts_asset(dagbag):
+    alerts_gate = dagbag.dags["user_alerts"].get_task("quality_gate")
+    downstream = dagbag.dags["user_alert_notifications"]
+    assert list(downstream.timetable.asset_condition.objects) == alerts_gate.outlets
+    assert dagbag.dags["user_alerts_replay"].get_task("quality_gate").outlets == []
+
+
+def test_a_cron_schedule_gets_a_cron_interval_timetable(dagbag):
+    from airflow.sdk import CronDataIntervalTimetable, DeltaDataIntervalTimetable
+
+    assert isinstance(dagbag.dags["user_alerts"].timetable, CronDataIntervalTimetable)
+    assert isinstance(dagbag.dags["page_sessions"].timetable, DeltaDataIntervalTimetable)
+
+
+def test_a_replay_dag_submits_the_job_with_its_params_then_gates(dagbag):
+    dag = dagbag.dags["user_alerts_replay"]
+    replay = dag.get_task("spark_replay")
+    assert type(dag.timetable).__name__ == "NullTimetable" and dag.max_active_runs == 1  # manual runs only
+    assert set(dag.params) == {"start", "end"} and dag.params["end"] == ""
+    assert replay.downstream_task_ids == {"quality_gate"}
+    assert replay.application == str(ROOT / "jobs" / "user_alerts.py")
+    assert replay.application_args[:7] == [
+        "--replay",
+        "--batch-start",
+        "{{ params.start }}",
+        "--batch-end",
+        "{{ params.end }}",
+        "--every",
+        "3600s",
+    ]
+
+
+def test_a_catalog_schema_is_passed_to_the_job_and_the_dag_can_end():
+    import datetime as dt
+
+    from framework.orchestration.airflow import pipeline_dag
+
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    dag = pipeline_dag(
+        str(ROOT / "jobs" / "user_alerts.py"),
+        None,
+        start,
+        warehouse="/w",
+        landing="/l",
+        end_date=start + dt.timedelta(hours=5),
+        catalog="lake",
+        metastore="/m",
+        dag_id="with_catalog",
+    )
+    assert dag.get_task("spark_batch").application_args[-4:] == ["--catalog", "lake", "--metastore", "/m"]
+    assert dag.end_date == start + dt.timedelta(hours=5)
+
+
+def test_published_batches_reads_the_gate_extras_once_per_batch_in_commit_order():
+    from types import SimpleNamespace as Event
+
+    from framework.orchestration.airflow import published_batches
+
+    asset = object()
+    extras = [
+        {"batch_id": "b2", "seq": 2},
+        {"batch_id": "b1", "seq": 1},
+        {"batch_id": "b2", "seq": 2},
+        {"batch_id": "b3"},
+        None,
+        {},
+    ]
+    context = {"triggering_asset_events": {asset: [Event(extra=e) for e in extras]}}
+    assert [b["batch_id"] for b in published_batches(context, asset)] == ["b1", "b2"]
+    assert published_batches({}, asset) == []

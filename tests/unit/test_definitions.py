@@ -1,0 +1,26 @@
+"""Definitions as pure values: each window type's close and retention rule, and which
+aggregates need the arrival order (no Spark)."""
+
+from __future__ import annotations
+
+from framework.definition import aggregations as agg
+from framework.definition.columns import ARRIVAL
+from framework.definition.windows import SessionWindows, SlidingWindows, TimeWindows
+
+
+def test_each_window_type_closes_by_its_own_rule():
+    # time windows end exclusively: end + grace
+    hopping = TimeWindows.of_size_and_grace(10, 3).advance_by(5)
+    assert hopping.close(20) == 23 and hopping.close_offset_ms() == 13
+    # sliding windows end inclusively: end + 1 + grace; a record is late once the window starting at it closed
+    sliding = SlidingWindows.of_time_difference_and_grace(10, 3)
+    assert sliding.close(20) == 24 and sliding.last_close(5) == 19 and sliding.retention_ms() == 15
+    # sessions may still be extended within the gap: end + 1 + gap + grace
+    assert SessionWindows.of_inactivity_gap_and_grace(5, 3).close(20) == 29
+
+
+def test_order_sensitive_aggregates_say_so():
+    assert [a.ordered for a in (agg.latest("v"), agg.earliest("v"), agg.collect_list("v"))] == [True] * 3
+    assert not any(a.ordered for a in (agg.count(), agg.sum("v"), agg.min("v"), agg.max("v"), agg.avg("v")))
+    assert agg.custom("last_pos", f"max({ARRIVAL}.pos)", "max(last_pos)").ordered
+    assert not agg.custom("sumsq", "sum(v * v)", "sum(sumsq)").ordered

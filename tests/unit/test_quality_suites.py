@@ -1,0 +1,89 @@
+"""Great Expectations suites as the quality gate builds them: the window type's template plus the
+pipeline's own file (no Spark; the gate on real tables is in ``tests/test_quality.py``)."""
+
+import json
+from datetime import timedelta as td
+from pathlib import Path
+
+import pytest
+
+from framework import BufferConfig, Pipeline, SessionWindows, Suppressed, TimeWindows, agg
+from framework.operations import quality
+from framework.orchestration.jobs import load_job
+
+
+def hourly(name="user_alerts"):
+    return (
+        Pipeline(name, timestamp="ts", arrival="seq")
+        .group_by("user_id")
+        .windowed_by(TimeWindows.of_size_and_grace(td(hours=1), td(minutes=10)))
+        .aggregate(agg.count("events"))
+        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+        .to("user_alert_windows")
+    )
+
+
+@pytest.fixture
+def suites(tmp_path):
+    """A directory of per-pipeline suite files: user_alerts caps events at 10 (critical) and warns above 2."""
+    path = tmp_path / "expectations"
+    path.mkdir()
+    (path / "user_alerts.json").write_text(
+        json.dumps(
+            {
+                "name": "user_alerts",
+                "expectations": [
+                    {
+                        "type": "expect_column_values_to_be_between",
+                        "kwargs": {"column": "events", "max_value": 10},
+                        "meta": {"severity": "critical"},
+                    },
+                    {
+                        "type": "expect_column_max_to_be_between",
+                        "kwargs": {"column": "events", "max_value": 2},
+                        "meta": {"severity": "warning"},
+                    },
+                ],
+            }
+        )
+    )
+    return path
+
+
+def test_suite_is_the_template_for_the_window_type_plus_the_pipeline_file(suites):
+    own = quality.load_suite(hourly(), suites)
+    kinds = [(e.expectation_type, e.meta["severity"], e.meta["source"]) for e in own.expectations]
+    assert ("expect_compound_columns_to_be_unique", "critical", "template") in kinds
+    assert ("expect_column_values_to_be_between", "critical", "user_alerts.json") in kinds
+    assert ("expect_column_max_to_be_between", "warning", "user_alerts.json") in kinds
+    [unique] = [e for e in own.expectations if e.expectation_type == "expect_compound_columns_to_be_unique"]
+    assert unique.column_list == ["user_id", "window_start", "window_end"]
+
+    sessions = (
+        Pipeline("visits")
+        .group_by("user_id")
+        .windowed_by(SessionWindows.of_inactivity_gap_and_grace(td(minutes=5), td(0)))
+        .aggregate(agg.count("n"))
+        .to("visits_by_session")
+    )  # emit-on-update: no close check
+    pairs = {
+        (e.column_A, e.column_B): e.or_equal
+        for e in quality.load_suite(sessions, suites).expectations
+        if e.expectation_type == "expect_column_pair_values_a_to_be_greater_than_b"
+    }
+    assert pairs == {("window_end", "window_start"): True}
+
+
+def test_a_rate_limited_log_repeats_windows_so_it_gets_no_uniqueness_or_close_check():
+    job = Path(__file__).resolve().parents[2] / "jobs" / "sliding_metric.py"
+    suite = quality.load_suite(load_job(str(job)).PIPELINE)  # a rate-limited sliding-window sink
+    kinds = {(e.expectation_type, e.meta["source"]) for e in suite.expectations}
+    assert ("expect_compound_columns_to_be_unique", "template") not in kinds
+    assert ("expect_column_values_to_not_be_null", "template") in kinds
+    assert ("expect_column_values_to_be_between", "sliding_metric.json") in kinds
+    pairs = {
+        (e.column_A, e.column_B)
+        for e in suite.expectations
+        if e.expectation_type == "expect_column_pair_values_a_to_be_greater_than_b"
+    }
+    assert pairs == {("window_end", "window_start")}
