@@ -1,4 +1,4 @@
-"""``python -m framework``: the command line (see ``framework.cli``)."""
+"""``python -m framework``: the command line (see ``framework.orchestration.cli``)."""
 
 import sys
 

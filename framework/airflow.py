@@ -1,6 +1,14 @@
-"""Public: the Airflow DAG factories (``pipeline_dag``, ``replay_dag``) and the results assets a
-downstream DAG schedules on. Implemented in ``framework.orchestration.airflow``."""
+"""Public: the Airflow DAG factories (``pipeline_dag``, ``replay_dag``), their quality-gate task
+and the results assets a downstream DAG schedules on. Implemented in
+``framework.orchestration.airflow``."""
 
-from .orchestration.airflow import pipeline_dag, published_batches, replay_dag, results_asset
+from .orchestration.airflow import (
+    DELTA_PACKAGE,
+    pipeline_dag,
+    published_batches,
+    quality_gate,
+    replay_dag,
+    results_asset,
+)
 
-__all__ = ["pipeline_dag", "published_batches", "replay_dag", "results_asset"]
+__all__ = ["DELTA_PACKAGE", "pipeline_dag", "published_batches", "quality_gate", "replay_dag", "results_asset"]

@@ -1,6 +1,29 @@
-"""Public: what a job module calls to run as a ``spark-submit`` application (``main``), and how
-a job module is loaded. Implemented in ``framework.orchestration.jobs``."""
+"""Public: what a job module calls to run as a ``spark-submit`` application (``main``), and the
+helpers jobs and scripts share (loading a job, parsing times, one interval's batch).
+Implemented in ``framework.orchestration.jobs``."""
 
-from .orchestration.jobs import load_job, main
+from .orchestration.jobs import (
+    INGEST_TIME,
+    JobError,
+    batch_id,
+    intervals,
+    load_job,
+    main,
+    parse_duration,
+    parse_time,
+    read_landing,
+    run_interval,
+)
 
-__all__ = ["load_job", "main"]
+__all__ = [
+    "INGEST_TIME",
+    "JobError",
+    "batch_id",
+    "intervals",
+    "load_job",
+    "main",
+    "parse_duration",
+    "parse_time",
+    "read_landing",
+    "run_interval",
+]

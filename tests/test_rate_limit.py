@@ -260,6 +260,22 @@ def test_a_record_too_big_for_the_buffer_leaves_at_once(spark_runs):
     check(spark_runs, "too_big")
 
 
+for bound in ("max_records", "max_bytes"):  # Kafka accepts a zero bound: nothing is held
+    table(
+        f"zero_{bound}",
+        FOREVER,
+        getattr(BufferConfig, bound)(0),
+        [("A", "x", 0), ("A", "y", 1), ("B", "z", 1)],
+        slots=[[], [], []],
+        emits=[("A", "x", 0), ("A", "y", 1), ("B", "z", 2)],
+    )
+
+
+@pytest.mark.parametrize("bound", ["max_records", "max_bytes"])
+def test_a_zero_bound_holds_nothing_and_every_update_leaves_at_once(spark_runs, bound):
+    check(spark_runs, f"zero_{bound}")
+
+
 table(
     "by_time",
     2,
@@ -482,8 +498,9 @@ def test_buffer_configs_combine_bounds_and_policies():
     assert BufferConfig.unbounded().with_max_records(3).record_limit == 3
     with pytest.raises(DefinitionError, match="until_window_closes needs a strict buffer"):
         Suppressed.until_window_closes(BufferConfig.max_records(2))
-    with pytest.raises(DefinitionError, match="max_records must be a positive int"):
-        BufferConfig.max_records(0)
+    assert BufferConfig.max_records(0).record_limit == 0 and BufferConfig.max_bytes(0).byte_limit == 0  # as Kafka
+    with pytest.raises(DefinitionError, match="max_records must be an int >= 0, got -1"):
+        BufferConfig.max_records(-1)
 
 
 def test_rate_limiting_is_refused_where_it_cannot_hold():

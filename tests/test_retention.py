@@ -2,9 +2,10 @@
 state table in the batch that emits it, so state does not grow with the number of batches."""
 
 from delta.tables import DeltaTable
-from harness import in_parallel, run_stream
+from harness import frame, in_parallel, run_stream
 
 from framework import BufferConfig, Pipeline, Runtime, SlidingWindows, Suppressed, TimeWindows, agg
+from framework.storage import compaction
 
 BATCHES = 5
 
@@ -61,3 +62,50 @@ def test_window_state_holds_only_open_windows_however_many_batches_ran(spark, wa
     steady = got["sliding"][2]
     assert steady["rows"] <= 6  # the records of the windows still open
     assert all(row == steady for row in got["sliding"][2:]), got["sliding"]  # nothing accumulates
+
+
+def _compaction_run(spark, warehouse, every, monkeypatch):
+    """Seven batches (each with a late record from batch 2 on) with compaction every ``every``
+    batches; the runtime, the pipeline and each bookkeeping table's live files."""
+    monkeypatch.setattr(compaction, "EVERY", every)
+    rt, p = Runtime(spark, warehouse, quality=False), _pipeline("compacted", TimeWindows.of_size_and_grace(10, 2))
+    batches = [[("A", 10 * i + 1, 1), ("B", 10 * i + 2, 1), *([("A", 0, 1)] if i >= 2 else [])] for i in range(7)]
+    run_stream(rt, p, batches)
+    paths = compaction.bookkeeping(rt.tables(p))
+    return rt, p, batches, [DeltaTable.forPath(spark, path).detail().first().numFiles for path in paths]
+
+
+def _rows(rt, p):
+    """What a reader sees: results, metrics and late records (not timings), and the ledger's batches."""
+    spark, t = rt.spark, rt.tables(p)
+    read = {name: spark.read.format("delta").load(path) for name, path in (("out", t.output), ("late", t.late))}
+    return (
+        sorted(map(tuple, read["out"].collect())),
+        sorted(map(tuple, read["late"].collect())),
+        sorted(map(tuple, rt.read_metrics(p).drop("batch_duration_ms").collect())),
+        sorted((r.seq, r.batch_id, r.status, r.stream_time) for r in rt.ledger(p).collect()),
+    )
+
+
+def test_bookkeeping_tables_compact_themselves_and_keep_every_row(spark, tmp_path, monkeypatch):
+    """Every ``compaction.EVERY`` batches the ledger, metrics and late-records tables are
+    compacted after publication: their live files stay bounded, a reader sees the same rows as
+    without compaction, and a re-run, the next batch and a replay behave as before."""
+    rt, p, batches, files = _compaction_run(spark, str(tmp_path / "compacted"), 3, monkeypatch)
+    plain, _, _, plain_files = _compaction_run(spark, str(tmp_path / "plain"), 10**9, monkeypatch)
+    appends = (7, 7, 5)  # ledger and metrics: a row per batch; late records: batches 3 to 7
+    per_append = [n // a for n, a in zip(plain_files, appends)]
+    assert plain_files == [a * k for a, k in zip(appends, per_append)] and min(per_append) >= 1
+    assert files == [1 + k for k in per_append]  # compacted after batches 3 and 6, then one append
+    ops = [r.operation for r in DeltaTable.forPath(spark, rt.tables(p).ledger).history().collect()]
+    assert ops.count("OPTIMIZE") == 2
+    assert _rows(rt, p) == _rows(plain, p)
+
+    starts = [sum(map(len, batches[:i])) for i in range(len(batches))]  # arrival positions, as run_stream gives
+    assert rt.run_batch(p, "b0002", frame(spark, batches[2], starts[2])).status == "already committed"
+    replayed = rt.replay(p, [(f"b000{i}", frame(spark, batches[i], starts[i])) for i in (5, 6)])
+    assert replayed.emitted == replayed.removed
+    next_batch = [("A", 71, 1), ("A", 0, 1)]
+    for runtime in (rt, plain):
+        run_stream(runtime, p, [next_batch], ids=["b0007"])
+    assert _rows(rt, p)[:3] == _rows(plain, p)[:3]

@@ -44,6 +44,11 @@ class Aggregate:
     finish: str
     ordered: bool = False  # reads the arrival order (``ARRIVAL``): the plan must compute it
 
+    def __post_init__(self) -> None:
+        # an Aggregate built by hand (agg.Aggregate is public) says so through its partials
+        if not self.ordered and any(ARRIVAL in p.partial for p in self.partials):
+            object.__setattr__(self, "ordered", True)
+
     def describe(self) -> str:
         arg = self.input_column or ""
         return f"{self.function}({arg}) AS {self.name}"

@@ -93,8 +93,10 @@ class EagerBufferConfig(BufferConfig):
 
 
 def _bound(n: int, what: str) -> int:
-    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
-        raise DefinitionError(f"BufferConfig.{what} must be a positive int, got {n!r}")
+    """A bound as Kafka Streams takes it: zero holds nothing (every update leaves at once, or a
+    strict buffer is full at its first entry)."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise DefinitionError(f"BufferConfig.{what} must be an int >= 0, got {n!r}")
     return n
 
 

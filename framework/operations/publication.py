@@ -90,8 +90,12 @@ def _publish(steps: Steps, p: Pipeline, t: tables.Tables, folder: str, last: Led
         publish_range(spark, p, t, folder, spec, tag)
         return
     once = {"txnAppId": writes.LEDGER_APP, "txnVersion": str(last.seq)}
-    recorded = metrics.frame(spark, p.name, last.batch_id, last.seq, last.recorded_metrics() or {})
-    tasks = {"publishing metrics": lambda: writes.save(recorded, t.metrics, tag, **once)}
+    values = last.recorded_metrics() or {}  # a committed row always has them since metrics moved to the ledger
+    tasks = {
+        "publishing metrics": lambda: writes.save(
+            metrics.frame(spark, p.name, last.batch_id, last.seq, values), t.metrics, tag, **once
+        )
+    }
     if "output" in spec["staged"]:
         tasks["publishing results"] = lambda: sinks.publish(
             p,

@@ -1,16 +1,12 @@
-"""Data quality with Great Expectations: suites from files, validation, write-audit-publish.
-
-A pipeline's suite is the default template for results tables
-(``framework/final_results.template.json``, package data, filled in for the pipeline's keys and
-windows) plus the pipeline's own file ``expectations/<pipeline>.json``, if any: a GX suite
-whose expectations each say ``"meta": {"severity": "critical" | "warning"}`` (default critical).
+"""Data quality with Great Expectations: validation against a pipeline's suite (``suites``)
+and write-audit-publish.
 
 ``gate`` audits a batch's rows before they are published: a failed critical expectation raises
 ``QualityGateError`` and the batch writes nothing; warnings are only recorded. Every run given a
 warehouse appends its results to the Delta table ``<warehouse>/quality_results`` and updates GX
 Data Docs under ``<warehouse>/data_docs/`` (GX keeps suites and raw results in ``<warehouse>/gx/``).
 
-GX is imported here only: importing it takes seconds, and DAG files must stay light.
+GX is imported here and in ``suites`` only: importing it takes seconds, and DAG files must stay light.
 """
 
 from __future__ import annotations
@@ -32,24 +28,16 @@ from great_expectations.data_context.types.base import (
     InMemoryStoreBackendDefaults,
     ProgressBarsConfig,
 )
-from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ..definition.pipeline import Pipeline
-from ..definition.windows import SessionWindows, SlidingWindows
-from ..errors import DefinitionError, QualityGateError
+from ..errors import QualityGateError
 from ..storage import locks
+from .suites import identity, load_suite, suite_file
 
 log = logging.getLogger("framework.quality")
 
-# The template ships inside the package, so an installed wheel gates batches anywhere; the
-# pipelines' own suites are the user's files: in a checkout its expectations/ folder, where the
-# package is installed from a wheel ./expectations (or $FINALRESULTS_EXPECTATIONS).
-TEMPLATE = Path(__file__).resolve().parent / "final_results.template.json"
-_CHECKOUT_DIR = Path(__file__).resolve().parents[2] / "expectations"
-DEFAULT_DIR = _CHECKOUT_DIR if _CHECKOUT_DIR.is_dir() else Path("expectations")
-SEVERITIES = ("critical", "warning")
 EXAMPLES = 3
 SITE = "warehouse"
 RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": EXAMPLES, "include_unexpected_rows": True}
@@ -118,111 +106,6 @@ class Report:
         )
         error.report = self
         raise error
-
-
-# ---- suites ------------------------------------------------------------------------------
-def _identity(p: Pipeline) -> list[str]:
-    return [*p.keys] + (["window_start", "window_end"] if p.windows is not None else [])
-
-
-def _output_columns(p: Pipeline) -> set[str]:
-    """Columns of the pipeline's results table, after its stateless steps."""
-    columns = _identity(p) + [a.name for a in p.aggregates]
-    for step in p.steps:
-        if step.op == "with_column":
-            columns.append(step.args[0])
-        elif step.op == "select":
-            columns = list(step.args)
-    extra = ["close_time"] if p.suppressed_final and "window_end" in columns else []
-    return set(columns + extra + ["emitted_batch_id", "emitted_stream_time"])
-
-
-def _fill(value, facts: dict):
-    """Replace the template's placeholders; a list placeholder inside a list is spliced in."""
-    if isinstance(value, list):
-        out = []
-        for item in value:
-            filled = _fill(item, facts)
-            out.extend(filled) if isinstance(item, str) and isinstance(facts.get(item), list) else out.append(filled)
-        return out
-    if isinstance(value, dict):
-        return {k: _fill(v, facts) for k, v in value.items()}
-    if isinstance(value, str) and value.startswith("$"):
-        if value not in facts:
-            raise DefinitionError(f"{TEMPLATE}: unknown placeholder {value!r}")
-        return facts[value]
-    return value
-
-
-def _columns_of(kwargs: dict) -> list[str]:
-    named = [kwargs.get(k) for k in ("column", "column_A", "column_B")]
-    return [c for c in named if c] + list(kwargs.get("column_list") or [])
-
-
-def _sink(p: Pipeline) -> str:
-    """The kind of results table, as the template's ``meta.applies_to`` names it."""
-    return "final_results" if p.suppressed_final else "rate_limited" if p.rate_limited else "updates"
-
-
-def _template(p: Pipeline) -> list[dict]:
-    """The default expectations, filled in for ``p`` and kept to its kind of sink and the columns
-    its table has."""
-    facts = {
-        "$identity": _identity(p),
-        "$counts": [a.name for a in p.aggregates if a.function == "count"],
-        "$end_may_equal_start": isinstance(p.windows, (SlidingWindows, SessionWindows)),
-    }
-    have, sink = _output_columns(p), _sink(p)
-    out = []
-    for e in json.loads(TEMPLATE.read_text())["expectations"]:
-        meta = dict(e.get("meta") or {})
-        if sink not in meta.pop("applies_to", [sink]):
-            continue
-        columns = _fill(meta.pop("for_each", [None]), facts)
-        for column in columns:
-            filled = dict(_fill(e, dict(facts, **{"$column": column})), meta=dict(meta, source="template"))
-            if set(_columns_of(filled["kwargs"])) <= have:
-                out.append(filled)
-    return out
-
-
-def _expectation(entry: dict, source: Path):
-    meta = dict(entry.get("meta") or {})
-    severity = meta.setdefault("severity", "critical")
-    if severity not in SEVERITIES:
-        raise DefinitionError(
-            f"{source}: expectation {entry.get('type')!r} has severity {severity!r}; "
-            f"use one of {SEVERITIES} in its meta"
-        )
-    try:
-        return ExpectationConfiguration(
-            type=entry["type"], kwargs=entry.get("kwargs", {}), meta=meta, notes=entry.get("notes"), severity=severity
-        ).to_domain_obj()
-    except Exception as e:  # GX raises several types for a bad type name or kwargs
-        raise DefinitionError(f"{source}: invalid expectation {entry.get('type')!r}: {e}") from e
-
-
-def _suite_file(p: Pipeline, directory: str | Path | None) -> Path:
-    return Path(directory or os.environ.get("FINALRESULTS_EXPECTATIONS") or DEFAULT_DIR) / f"{p.name}.json"
-
-
-def load_suite(pipeline: Pipeline, directory: str | Path | None = None) -> gx.ExpectationSuite:
-    """The pipeline's suite: the default template plus ``<directory>/<pipeline>.json`` if present.
-
-    ``directory`` defaults to ``$FINALRESULTS_EXPECTATIONS``, else ``DEFAULT_DIR``. Files are
-    read on every call, so an edited suite applies to the next batch.
-    """
-    expectations = [_expectation(e, TEMPLATE) for e in _template(pipeline)]
-    own = _suite_file(pipeline, directory)
-    if not own.is_file():
-        log.info("pipeline %r: no suite file %s: the template's expectations only", pipeline.name, own.resolve())
-    else:
-        try:
-            entries = json.loads(own.read_text())["expectations"]
-        except (ValueError, KeyError, TypeError) as e:
-            raise DefinitionError(f"{own}: not a suite file with an 'expectations' list ({e})") from e
-        expectations += [_expectation(dict(e, meta=dict(e.get("meta") or {}, source=own.name)), own) for e in entries]
-    return gx.ExpectationSuite(name=pipeline.name, expectations=expectations)
 
 
 # ---- validation --------------------------------------------------------------------------
@@ -415,12 +298,12 @@ def validate_table(
 def _published_twins(p: Pipeline, staged: DataFrame, published: DataFrame) -> DataFrame:
     """Published rows with the key and window of a staged row. Reading only the staged rows'
     window_start range lets Delta skip the files of older windows."""
-    identity = _identity(p)
+    ident = identity(p)
     bounds = staged.agg(F.min("window_start"), F.max("window_start")).first()
     assert bounds is not None  # an aggregate without grouping has one row
     low, high = bounds
     nearby = published.filter(F.col("window_start").between(low, high))
-    twins = nearby.join(staged.select(*identity).distinct(), identity, "left_semi")
+    twins = nearby.join(staged.select(*ident).distinct(), ident, "left_semi")
     return twins.withColumn(ORIGIN, F.lit("published"))
 
 
@@ -450,11 +333,11 @@ def gate(
     if staged_rows.isEmpty():
         return Report(p.name, batch_id, (), dt.datetime.now(dt.timezone.utc).replace(tzinfo=None))
     frame = staged_rows.withColumn(ORIGIN, F.lit("staged"))
-    if p.suppressed_final and published_table_df is not None and set(_identity(p)) <= set(staged_rows.columns):
+    if p.suppressed_final and published_table_df is not None and set(identity(p)) <= set(staged_rows.columns):
         frame = frame.unionByName(_published_twins(p, staged_rows, published_table_df), allowMissingColumns=True)
     report = _run(spark, p, frame, batch_id, warehouse_root, expectations_dir)
     report.raise_for_failures(
-        f"Nothing was published or committed. Fix the input or the suite ({_suite_file(p, expectations_dir)}), "
+        f"Nothing was published or committed. Fix the input or the suite ({suite_file(p, expectations_dir)}), "
         f"then re-run the batch. Results: {os.path.join(warehouse_root, 'quality_results')}."
     )
     return report

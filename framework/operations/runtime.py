@@ -9,6 +9,7 @@ registered, so any number of batches may run through one runtime, also at the sa
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Callable, Iterable
 
 from py4j.protocol import Py4JJavaError
@@ -18,10 +19,12 @@ from pyspark.sql import DataFrame, SparkSession
 from ..definition.pipeline import Pipeline
 from ..errors import FrameworkError
 from ..storage import catalog as tables_catalog
-from ..storage import ledger, tables
+from ..storage import compaction, ledger, tables
 from .attempt import BatchAttempt, BatchResult, cause, result_of
 from .replay import ReplayBatch, ReplayResult, replay
 from .settings import Settings
+
+log = logging.getLogger("framework.runtime")
 
 
 class Runtime:
@@ -35,7 +38,7 @@ class Runtime:
     ``max_clock_skew`` refuses a batch holding event times later than the clock (the batch's
     ``batch_end``, else now) plus this skew; ``None`` accepts any time.
     ``catalog`` names a schema of the session's catalog that keeps the pipeline's tables as
-    external tables once a batch committed (``framework.catalog``): ``lake.user_alert_windows``.
+    external tables once a batch committed (``framework.storage.catalog``): ``lake.user_alert_windows``.
 
     Example::
 
@@ -139,11 +142,27 @@ class Runtime:
         attempt = BatchAttempt(self.settings, p, batch_id, self.tables(p), self._ledgers)
         self.register(p)  # a catalog name taken by another table stops the batch before it runs
         result = attempt.run(input_df, batch_end)
+        if result.status == ledger.Status.COMMITTED.value and compaction.due(result.seq):
+            self._compact(p, result.batch_id)
         self.register(p)
         return result
+
+    def _compact(self, p: Pipeline, batch_id: str) -> None:
+        """Compact ``p``'s bookkeeping tables (``storage.compaction``); the batch stays committed
+        whatever happens here."""
+        try:
+            compaction.compact(self.spark, compaction.bookkeeping(self.tables(p)))
+        except (Py4JJavaError, PySparkException) as e:
+            log.warning(
+                "pipeline %r, batch %r: compacting the bookkeeping tables failed (the batch is committed; a later "
+                "batch compacts them): %s",
+                p.name,
+                batch_id,
+                cause(e),
+            )
 
     def replay(self, pipeline: Pipeline, batches: Iterable[ReplayBatch | tuple[str, DataFrame]]) -> ReplayResult:
         """Re-run the committed batches from ``batches[0]`` through the last one with the given
         input (``ReplayBatch`` or ``(batch_id, input_df)``), replacing their results atomically.
-        See ``framework.replay``."""
+        See ``framework.operations.replay``."""
         return replay(self.settings, self._ledgers, self.tables(pipeline), pipeline, batches)

@@ -2,7 +2,7 @@
 
 The page stands alone (inline CSS and SVG drawn here: no script, no font, no fetch), so it can be
 mailed, archived or served as a static file. It reads what ``status`` reads, by path: the ledger
-and the metrics table (``framework.metrics``), one chart point per batch.
+and the metrics table (``framework.storage.metrics``), one chart point per batch.
 """
 
 from __future__ import annotations

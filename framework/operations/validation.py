@@ -1,7 +1,7 @@
 """Validating a pipeline's committed results table: the Airflow quality-gate task and
 ``finalresults validate``.
 
-Each batch already audits its own rows before publishing them (``framework.quality.gate``);
+Each batch already audits its own rows before publishing them (``framework.operations.quality.gate``);
 this checks the whole table as readers see it, with the pipeline's Great Expectations suite
 (``expectations/``), and records the outcome in ``<warehouse>/quality_results`` and Data Docs.
 """

@@ -19,7 +19,7 @@
 The Spark task runs ``spark-submit jobs/<name>.py`` through the ``spark_default`` connection
 (its host is the master: ``local[*]`` for one machine, ``spark://...`` or ``yarn`` for a cluster).
 The quality gate validates the whole committed results table with the pipeline's Great Expectations
-suite (``framework.validation``); each batch has already audited its own rows before publishing.
+suite (``framework.operations.validation``); each batch has already audited its own rows before publishing.
 
 This module is imported by DAG files, which the scheduler parses often: nothing here imports
 Spark; the job module is read for its pipeline definition only.
@@ -203,7 +203,7 @@ def pipeline_dag(
     ticks, in ``timezone``); it defaults to the job's ``SCHEDULE``. ``end_date``, if given, is the
     start of the last interval the DAG runs (Airflow's meaning). ``warehouse`` and ``landing``
     are the Delta folders passed to the job; ``catalog`` (and ``metastore``, an embedded one's
-    folder) keep the pipeline's tables in that catalog schema too (``framework.catalog``).
+    folder) keep the pipeline's tables in that catalog schema too (``framework.storage.catalog``).
     ``spark_binary`` and ``spark_env`` default to the spark-submit and Python of this
     environment; override them for a cluster.
 
@@ -278,7 +278,7 @@ def replay_dag(
     spark_binary: str | None = None,
     packages: str | None = DELTA_PACKAGE,
 ) -> DAG:
-    """A manually triggered DAG replaying a committed range of ``job_module`` (``framework.replay``):
+    """A manually triggered DAG replaying a committed range of ``job_module`` (``framework.operations.replay``):
     ``spark_replay`` (spark-submit of the job with ``--replay``) then ``quality_gate``.
 
     Trigger it with params ``start`` (the first replayed interval's start, ISO) and optionally

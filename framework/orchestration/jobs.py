@@ -174,7 +174,7 @@ def replay_intervals(
 ) -> ReplayResult:
     """Replay the batches of the ``every``-long intervals from ``start`` to ``stop`` with the
     landing records as they are now (after a fix). ``stop`` defaults to the end of the last
-    committed batch; a replay must reach it (see ``framework.replay``). ``progress(done, total)``
+    committed batch; a replay must reach it (see ``framework.operations.replay``). ``progress(done, total)``
     is called as each replayed batch has run (before the range commits)."""
     from ..operations.replay import ReplayBatch
     from ..operations.runtime import Runtime

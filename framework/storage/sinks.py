@@ -6,7 +6,7 @@ updated tables, MERGEd on key and window (Kafka's emit-on-update at batch granul
 rows carry ``_gone`` (delete) until published.
 
 A batch stages its sink rows before its commit point and publishes them after it (see
-``framework.runtime``): publishing is idempotent, so whoever finds a committed batch
+``framework.operations.attempt``): publishing is idempotent, so whoever finds a committed batch
 unpublished can publish it again.
 """
 

@@ -24,3 +24,7 @@ def test_order_sensitive_aggregates_say_so():
     assert not any(a.ordered for a in (agg.count(), agg.sum("v"), agg.min("v"), agg.max("v"), agg.avg("v")))
     assert agg.custom("last_pos", f"max({ARRIVAL}.pos)", "max(last_pos)").ordered
     assert not agg.custom("sumsq", "sum(v * v)", "sum(sumsq)").ordered
+    by_hand = agg.Aggregate(
+        "x", "mine", None, (agg.Partial("x", f"max(struct({ARRIVAL} AS o, v AS v))", "max(x)"),), "x.v"
+    )
+    assert by_hand.ordered  # agg.Aggregate is public: its partials say it

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from framework import BufferConfig, Pipeline, SessionWindows, Suppressed, TimeWindows, agg
-from framework.operations import quality
+from framework.operations.suites import load_suite
 from framework.orchestration.jobs import load_job
 
 
@@ -51,7 +51,7 @@ def suites(tmp_path):
 
 
 def test_suite_is_the_template_for_the_window_type_plus_the_pipeline_file(suites):
-    own = quality.load_suite(hourly(), suites)
+    own = load_suite(hourly(), suites)
     kinds = [(e.expectation_type, e.meta["severity"], e.meta["source"]) for e in own.expectations]
     assert ("expect_compound_columns_to_be_unique", "critical", "template") in kinds
     assert ("expect_column_values_to_be_between", "critical", "user_alerts.json") in kinds
@@ -68,7 +68,7 @@ def test_suite_is_the_template_for_the_window_type_plus_the_pipeline_file(suites
     )  # emit-on-update: no close check
     pairs = {
         (e.column_A, e.column_B): e.or_equal
-        for e in quality.load_suite(sessions, suites).expectations
+        for e in load_suite(sessions, suites).expectations
         if e.expectation_type == "expect_column_pair_values_a_to_be_greater_than_b"
     }
     assert pairs == {("window_end", "window_start"): True}
@@ -76,7 +76,7 @@ def test_suite_is_the_template_for_the_window_type_plus_the_pipeline_file(suites
 
 def test_a_rate_limited_log_repeats_windows_so_it_gets_no_uniqueness_or_close_check():
     job = Path(__file__).resolve().parents[2] / "jobs" / "sliding_metric.py"
-    suite = quality.load_suite(load_job(str(job)).PIPELINE)  # a rate-limited sliding-window sink
+    suite = load_suite(load_job(str(job)).PIPELINE)  # a rate-limited sliding-window sink
     kinds = {(e.expectation_type, e.meta["source"]) for e in suite.expectations}
     assert ("expect_compound_columns_to_be_unique", "template") not in kinds
     assert ("expect_column_values_to_not_be_null", "template") in kinds
