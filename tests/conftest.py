@@ -1,3 +1,4 @@
+import json
 import os
 import sys
 
@@ -41,3 +42,30 @@ def _forget_delta_logs():
 @pytest.fixture
 def warehouse(tmp_path):
     return str(tmp_path / "lake")
+
+
+@pytest.fixture
+def suites(tmp_path):
+    """A directory of per-pipeline suite files: user_alerts caps events at 10 (critical) and warns above 2."""
+    path = tmp_path / "expectations"
+    path.mkdir()
+    (path / "user_alerts.json").write_text(
+        json.dumps(
+            {
+                "name": "user_alerts",
+                "expectations": [
+                    {
+                        "type": "expect_column_values_to_be_between",
+                        "kwargs": {"column": "events", "max_value": 10},
+                        "meta": {"severity": "critical"},
+                    },
+                    {
+                        "type": "expect_column_max_to_be_between",
+                        "kwargs": {"column": "events", "max_value": 2},
+                        "meta": {"severity": "warning"},
+                    },
+                ],
+            }
+        )
+    )
+    return path

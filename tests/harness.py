@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta as td
 
 from pyspark.sql import functions as F
 
-from framework import Runtime, agg
+from framework import BufferConfig, Pipeline, Runtime, Suppressed, TimeWindows, agg
 
 AGGREGATES = (
     agg.count("n"),
@@ -80,3 +81,15 @@ def in_parallel(jobs, workers=None):
     """Run independent callables at once (separate pipelines, separate Spark sessions)."""
     with ThreadPoolExecutor(max_workers=workers or len(jobs)) as pool:
         return [f.result() for f in [pool.submit(j) for j in jobs]]
+
+
+def hourly(name="user_alerts"):
+    """The blog's alert: hourly windows per user with 10 minutes of grace, final results only."""
+    return (
+        Pipeline(name, timestamp="ts", arrival="seq")
+        .group_by("user_id")
+        .windowed_by(TimeWindows.of_size_and_grace(td(hours=1), td(minutes=10)))
+        .aggregate(agg.count("events"))
+        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+        .to("user_alert_windows")
+    )

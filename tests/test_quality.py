@@ -6,7 +6,7 @@ import os
 from datetime import timedelta as td
 
 import pytest
-from harness import frame
+from harness import frame, hourly
 from pyspark.sql import functions as F
 
 from framework import BufferConfig, Pipeline, QualityGateError, Runtime, SessionWindows, Suppressed, TimeWindows, agg
@@ -19,17 +19,6 @@ FINAL = (
 )
 
 
-def hourly(name="user_alerts"):
-    return (
-        Pipeline(name, timestamp="ts", arrival="seq")
-        .group_by("user_id")
-        .windowed_by(TimeWindows.of_size_and_grace(td(hours=1), td(minutes=10)))
-        .aggregate(agg.count("events"))
-        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
-        .to("user_alert_windows")
-    )
-
-
 def row(user, hour, events, batch, emitted_at):
     """A final row of the hourly pipeline: window [hour, hour + 1h)."""
     return (user, T(2026, 1, 1, hour), T(2026, 1, 1, hour + 1), events, batch, emitted_at)
@@ -37,33 +26,6 @@ def row(user, hour, events, batch, emitted_at):
 
 def failed(report):
     return sorted(c.expectation for c in report.checks if not c.success)
-
-
-@pytest.fixture
-def suites(tmp_path):
-    """A directory of per-pipeline suite files: user_alerts caps events at 10 (critical) and warns above 2."""
-    path = tmp_path / "expectations"
-    path.mkdir()
-    (path / "user_alerts.json").write_text(
-        json.dumps(
-            {
-                "name": "user_alerts",
-                "expectations": [
-                    {
-                        "type": "expect_column_values_to_be_between",
-                        "kwargs": {"column": "events", "max_value": 10},
-                        "meta": {"severity": "critical"},
-                    },
-                    {
-                        "type": "expect_column_max_to_be_between",
-                        "kwargs": {"column": "events", "max_value": 2},
-                        "meta": {"severity": "warning"},
-                    },
-                ],
-            }
-        )
-    )
-    return path
 
 
 def test_template_checks_bounds_nulls_counts_and_emission_after_close(spark):

@@ -1,53 +1,14 @@
 """Great Expectations suites as the quality gate builds them: the window type's template plus the
 pipeline's own file (no Spark; the gate on real tables is in ``tests/test_quality.py``)."""
 
-import json
 from datetime import timedelta as td
 from pathlib import Path
 
-import pytest
+from harness import hourly
 
-from framework import BufferConfig, Pipeline, SessionWindows, Suppressed, TimeWindows, agg
+from framework import Pipeline, SessionWindows, agg
 from framework.operations.suites import load_suite
 from framework.orchestration.jobs import load_job
-
-
-def hourly(name="user_alerts"):
-    return (
-        Pipeline(name, timestamp="ts", arrival="seq")
-        .group_by("user_id")
-        .windowed_by(TimeWindows.of_size_and_grace(td(hours=1), td(minutes=10)))
-        .aggregate(agg.count("events"))
-        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
-        .to("user_alert_windows")
-    )
-
-
-@pytest.fixture
-def suites(tmp_path):
-    """A directory of per-pipeline suite files: user_alerts caps events at 10 (critical) and warns above 2."""
-    path = tmp_path / "expectations"
-    path.mkdir()
-    (path / "user_alerts.json").write_text(
-        json.dumps(
-            {
-                "name": "user_alerts",
-                "expectations": [
-                    {
-                        "type": "expect_column_values_to_be_between",
-                        "kwargs": {"column": "events", "max_value": 10},
-                        "meta": {"severity": "critical"},
-                    },
-                    {
-                        "type": "expect_column_max_to_be_between",
-                        "kwargs": {"column": "events", "max_value": 2},
-                        "meta": {"severity": "warning"},
-                    },
-                ],
-            }
-        )
-    )
-    return path
 
 
 def test_suite_is_the_template_for_the_window_type_plus_the_pipeline_file(suites):
