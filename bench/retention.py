@@ -6,8 +6,9 @@ number of batches it has run? (issue: no unbounded growth across 1,000 batches)
 Each batch brings ``--keys`` records, one per key, one window size later in event time than the
 last, so every batch opens a window per key and closes the previous batch's. After every batch
 it records the open windows the batch reported, the rows and live files of window state, the
-Delta log's commit files and the batch's seconds, as JSON lines (``--out``), and prints a
-progress line every 10 batches. Nothing is asserted; ``tests/test_retention.py`` checks the
+Delta log's commit files, the live files of the ledger and metrics tables (compacted every
+``framework.storage.compaction.EVERY`` batches) and the batch's seconds, as JSON lines
+(``--out``), and prints a progress line every 10 batches. Nothing is asserted; ``tests/test_retention.py`` checks the
 invariant (state rows = open windows) on a few batches.
 """
 
@@ -43,7 +44,8 @@ def main() -> None:
         .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
         .to("out")
     )
-    state = rt.tables(p).state
+    tables = rt.tables(p)
+    state = tables.state
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w") as out:
         for i in range(args.batches):
@@ -65,6 +67,10 @@ def main() -> None:
                 "state_files": detail.numFiles,
                 "state_bytes": detail.sizeInBytes,
                 "state_commits": len(list(Path(state, "_delta_log").glob("*.json"))),
+                **{
+                    f"{name}_files": DeltaTable.forPath(spark, path).detail().first().numFiles
+                    for name, path in (("ledger", tables.ledger), ("metrics", tables.metrics))
+                },
             }
             out.write(json.dumps(line) + "\n")
             out.flush()

@@ -142,16 +142,18 @@ class Runtime:
         attempt = BatchAttempt(self.settings, p, batch_id, self.tables(p), self._ledgers)
         self.register(p)  # a catalog name taken by another table stops the batch before it runs
         result = attempt.run(input_df, batch_end)
-        if result.status == ledger.Status.COMMITTED.value and compaction.due(result.seq):
-            self._compact(p, result.batch_id)
+        if result.status == ledger.Status.COMMITTED.value:
+            self._compact(p, result.batch_id, compaction.due(self.tables(p), result.seq))
         self.register(p)
         return result
 
-    def _compact(self, p: Pipeline, batch_id: str) -> None:
-        """Compact ``p``'s bookkeeping tables (``storage.compaction``); the batch stays committed
-        whatever happens here."""
+    def _compact(self, p: Pipeline, batch_id: str, paths: tuple[str, ...]) -> None:
+        """Compact the bookkeeping tables ``paths`` of ``p`` that are due (``storage.compaction``);
+        the batch stays committed whatever happens here."""
+        if not paths:
+            return
         try:
-            compaction.compact(self.spark, compaction.bookkeeping(self.tables(p)))
+            compaction.compact(self.spark, paths)
         except (Py4JJavaError, PySparkException) as e:
             log.warning(
                 "pipeline %r, batch %r: compacting the bookkeeping tables failed (the batch is committed; a later "
