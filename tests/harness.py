@@ -93,3 +93,14 @@ def hourly(name="user_alerts"):
         .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
         .to("user_alert_windows")
     )
+
+
+def unsunk(name, suppressed=None):
+    """The test pipeline up to, not including, ``.to(...)``."""
+    return (
+        Pipeline(name, timestamp="ts", arrival="seq")
+        .group_by("k")
+        .windowed_by(TimeWindows.of_size_and_grace(10, 2))
+        .aggregate(agg.count("n"), agg.sum("v", "total"))
+        .suppress(suppressed or Suppressed.until_window_closes(BufferConfig.unbounded()))
+    )

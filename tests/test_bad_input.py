@@ -4,35 +4,19 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
-from harness import frame, results
+from harness import frame, results, unsunk
 from pyspark.sql import functions as F
 
 from framework import (
     BatchFailedError,
-    BufferConfig,
     FingerprintMismatchError,
     InputError,
-    Pipeline,
     Runtime,
-    Suppressed,
-    TimeWindows,
-    agg,
 )
 
 
-def _unsunk(name, suppressed=None):
-    """The test pipeline up to, not including, ``.to(...)``."""
-    return (
-        Pipeline(name, timestamp="ts", arrival="seq")
-        .group_by("k")
-        .windowed_by(TimeWindows.of_size_and_grace(10, 2))
-        .aggregate(agg.count("n"), agg.sum("v", "total"))
-        .suppress(suppressed or Suppressed.until_window_closes(BufferConfig.unbounded()))
-    )
-
-
 def pipeline(name):
-    return _unsunk(name).to("out")
+    return unsunk(name).to("out")
 
 
 def assert_nothing_committed(rt, p):

@@ -6,6 +6,7 @@ once stream time >= its close time; from then on it never changes again (docs/de
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar, cast
@@ -33,14 +34,14 @@ def to_millis(d: timedelta | int, what: str) -> int:
     return ms
 
 
-class _Closing:
+class _Closing(ABC):
     """The close rule every window type shares: a window closes a fixed time after its end, so
     the engine, rate limiting and quality checks compute it one way (the offset differs per
     type, as windows' ends are exclusive or inclusive)."""
 
+    @abstractmethod
     def close_after_end_ms(self) -> int:
         """Close time minus ``window_end`` (as state and the sink carry it)."""
-        raise NotImplementedError
 
     def close(self, end: T) -> T:
         """The close time of the window ending at ``end``."""

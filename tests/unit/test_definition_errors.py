@@ -2,19 +2,9 @@
 ``Pipeline``, window and suppression builders, before anything runs (no Spark)."""
 
 import pytest
+from harness import unsunk
 
 from framework import BufferConfig, DefinitionError, Pipeline, SlidingWindows, Suppressed, TimeWindows, agg
-
-
-def _unsunk(name, suppressed=None):
-    """The test pipeline up to, not including, ``.to(...)``."""
-    return (
-        Pipeline(name, timestamp="ts", arrival="seq")
-        .group_by("k")
-        .windowed_by(TimeWindows.of_size_and_grace(10, 2))
-        .aggregate(agg.count("n"), agg.sum("v", "total"))
-        .suppress(suppressed or Suppressed.until_window_closes(BufferConfig.unbounded()))
-    )
 
 
 @pytest.mark.parametrize(
@@ -47,7 +37,7 @@ def _unsunk(name, suppressed=None):
         # names that would collide (compared ignoring case, as Spark, Delta and some stores do)
         *[
             (
-                lambda sink=sink: _unsunk("p").to(sink),
+                lambda sink=sink: unsunk("p").to(sink),
                 rf"pipeline 'p': sink name '{sink}' is the name of the pipeline's own .*choose another name for \.to",
             )
             for sink in (
@@ -62,11 +52,11 @@ def _unsunk(name, suppressed=None):
             )
         ],
         (
-            lambda: _unsunk("p").to("buffer_rate"),
+            lambda: unsunk("p").to("buffer_rate"),
             r"sink name 'buffer_rate' is in the namespace of the pipeline's suppression buffer tables"
             r".*another name for \.to",
         ),
-        (lambda: _unsunk("p").to("Buffer_anything"), r"sink name 'Buffer_anything' .*suppression buffer tables"),
+        (lambda: unsunk("p").to("Buffer_anything"), r"sink name 'Buffer_anything' .*suppression buffer tables"),
         *[
             (
                 lambda name=name: Pipeline(name),
@@ -76,11 +66,11 @@ def _unsunk(name, suppressed=None):
             for name in ("quality_results", "data_docs", "gx", "GX", "Quality_Results")
         ],
         (
-            lambda: _unsunk("p", Suppressed.until_window_closes(BufferConfig.unbounded()).with_name("metrics")),
+            lambda: unsunk("p", Suppressed.until_window_closes(BufferConfig.unbounded()).with_name("metrics")),
             r"suppression name 'metrics' is the name of the pipeline's own metrics table.*Suppressed\.with_name",
         ),
         (
-            lambda: _unsunk("p", Suppressed.until_window_closes(BufferConfig.unbounded()).with_name("Window_State")),
+            lambda: unsunk("p", Suppressed.until_window_closes(BufferConfig.unbounded()).with_name("Window_State")),
             r"suppression name 'Window_State' is the name of the pipeline's own window state table",
         ),
         (lambda: Pipeline("p").group_by("k").aggregate(agg.count("K")), r"output column names clash: \['K', 'k'\]"),
@@ -111,22 +101,22 @@ def _unsunk(name, suppressed=None):
             r"group_by key 'window_end' clashes with the column 'window_end'",
         ),
         (
-            lambda: _unsunk("p").with_column("N", "n + 1"),
+            lambda: unsunk("p").with_column("N", "n + 1"),
             r"with_column name 'N' differs only in case from the result column 'n'.*with_column\('n', \.\.\.\)",
         ),
         (
-            lambda: _unsunk("p").with_column("Window_End", "window_end"),
+            lambda: unsunk("p").with_column("Window_End", "window_end"),
             r"with_column name 'Window_End' differs only in case from the result column 'window_end'",
         ),
         (
-            lambda: _unsunk("p").with_column("score", "n * 2").with_column("SCORE", "n * 3"),
+            lambda: unsunk("p").with_column("score", "n * 2").with_column("SCORE", "n * 3"),
             r"with_column name 'SCORE' differs only in case from the result column 'score'",
         ),
         (
-            lambda: _unsunk("p").with_column("emitted_batch_id", "'x'"),
+            lambda: unsunk("p").with_column("emitted_batch_id", "'x'"),
             r"with_column name 'emitted_batch_id' is the column 'emitted_batch_id' the sink stamps",
         ),
-        (lambda: _unsunk("p").select("k", "K"), r"select columns \['k', 'K'\] name the same column"),
+        (lambda: unsunk("p").select("k", "K"), r"select columns \['k', 'K'\] name the same column"),
     ],
 )
 def test_invalid_definitions_are_refused_when_written(build, pattern):
@@ -137,13 +127,13 @@ def test_invalid_definitions_are_refused_when_written(build, pattern):
 @pytest.mark.parametrize(
     "build",
     [
-        lambda: _unsunk("p").with_column("n", "n + 1").with_column("window_start", "window_start").to("out"),
-        lambda: _unsunk("p").with_column("score", "n * 2").with_column("score", "score + 1").to("out"),
-        lambda: _unsunk("p").select("K", "n").with_column("k", "upper(k)").to("out"),
-        lambda: _unsunk("p").to("metrics_by_user"),
-        lambda: _unsunk("p").to("my_records"),
+        lambda: unsunk("p").with_column("n", "n + 1").with_column("window_start", "window_start").to("out"),
+        lambda: unsunk("p").with_column("score", "n * 2").with_column("score", "score + 1").to("out"),
+        lambda: unsunk("p").select("K", "n").with_column("k", "upper(k)").to("out"),
+        lambda: unsunk("p").to("metrics_by_user"),
+        lambda: unsunk("p").to("my_records"),
         lambda: Pipeline("gx_alerts").group_by("k").aggregate(agg.count("n")).to("out"),
-        lambda: _unsunk("p", Suppressed.until_window_closes(BufferConfig.unbounded()).with_name("buffer")),
+        lambda: unsunk("p", Suppressed.until_window_closes(BufferConfig.unbounded()).with_name("buffer")),
     ],
     ids=[
         "replace_exact",
