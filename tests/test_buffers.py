@@ -12,6 +12,8 @@ from framework import (
     BufferFullError,
     Pipeline,
     Runtime,
+    SessionWindows,
+    SlidingWindows,
     Suppressed,
     TimeWindows,
     agg,
@@ -57,11 +59,16 @@ def test_the_bound_holds_after_every_record_not_only_after_the_batch(spark, ware
     )
 
 
-@pytest.mark.parametrize("model", [ref.Tumbling(10, 5), ref.Tumbling(10, 3, advance=5)], ids=["tumbling", "hopping"])
+@pytest.mark.parametrize(
+    "model",
+    [ref.Tumbling(10, 5), ref.Tumbling(10, 3, advance=5), ref.Sliding(10, 4), ref.Session(3, 4)],
+    ids=["tumbling", "hopping", "sliding", "session"],
+)
 def test_byte_and_record_bounds_match_the_reference_buffer_after_every_record(spark, warehouse, model):
     """Random stream, random split: the bound that the reference buffer reaches passes, one less
     stops exactly the batch that first exceeds it, and raising it continues from there."""
-    rng = random.Random(7 if model.advance is None else 8)
+    seed = {"Tumbling": 7, "Sliding": 9, "Session": 10}[type(model).__name__]
+    rng = random.Random(seed + bool(getattr(model, "advance", None)))
     records = [(rng.choice("ABC"), max(0, t + rng.randint(-12, 4)), 1) for t in range(0, 240, 4)]
     cuts = sorted(rng.sample(range(1, len(records)), 3))
     batches = [records[i:j] for i, j in zip([0, *cuts], [*cuts, len(records)])]
@@ -69,9 +76,13 @@ def test_byte_and_record_bounds_match_the_reference_buffer_after_every_record(sp
     most_bytes = max(b for _, b in peaks)
     first_over = next(i for i, (_, b) in enumerate(peaks) if b == most_bytes)
     rt = Runtime(spark, warehouse, quality=False)
-    seq, windows = 0, TimeWindows.of_size_and_grace(model.size, model.grace)
-    if model.advance:
-        windows = windows.advance_by(model.advance)
+    seq = 0
+    if isinstance(model, ref.Session):
+        windows = SessionWindows.of_inactivity_gap_and_grace(model.gap, model.grace)
+    elif isinstance(model, ref.Sliding):
+        windows = SlidingWindows.of_time_difference_and_grace(model.size, model.grace)
+    else:
+        windows = TimeWindows.of_size_and_grace(model.size, model.grace).advance_by(model.advance or model.size)
     for i, batch in enumerate(batches):
         if i == first_over:
             tight = pipeline(BufferConfig.max_bytes(most_bytes - 1).shut_down_when_full(), windows)

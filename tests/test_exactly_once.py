@@ -76,7 +76,6 @@ def snapshot(rt, p):
             ],
         ),
         "state": (t.state, ()),
-        "records": (t.records, ()),
     }
     if p.rate_limited:
         paths["buffer"] = (buffer_path(rt.tables(p), p), ())

@@ -99,6 +99,35 @@ def test_kip450_four_records_make_seven_sliding_windows(spark, warehouse):
     ]
 
 
+# Out-of-order records on sliding windows (size 10, grace 90, one key), in arrival order, and
+# the windows Kafka Streams' KStreamSlidingWindowAggregate makes of them: it finds a record's
+# previous record only through the windows it holds, so a record that landed in no window
+# defines none, and later records do not see it (docs/design.md#windows).
+KAFKA_SLIDING = {
+    "late record's right window": ([("x", 200), ("p", 105), ("q", 108)], [(190, 200, ["x"])]),
+    "current record's right window": ([("x", 200), ("q", 108), ("p", 105)], [(190, 200, ["x"])]),
+    "previous record through a held window": (
+        [("a", 100), ("x", 200), ("p", 104), ("q", 107)],
+        [(90, 100, ["a"]), (101, 111, ["p", "q"]), (190, 200, ["x"])],
+    ),
+    "dropped record defines nothing": ([("x", 200), ("p", 99), ("q", 105)], [(190, 200, ["x"])]),
+}
+
+
+@pytest.mark.parametrize("case", list(KAFKA_SLIDING))
+def test_sliding_windows_are_the_ones_kafka_creates_for_out_of_order_records(spark, warehouse, case):
+    arrivals, kafka = KAFKA_SLIDING[case]
+    stream = [("k", ts, value) for value, ts in arrivals] + [("z", 1000, "end")]  # closes them all
+    model = ref.run(ref.Sliding(10, 90), [stream])
+    assert [(r["start"], r["end"], r["values"]) for r in model if r["key"] == "k"] == kafka
+    p = pipeline("kafka_sliding", SlidingWindows.of_time_difference_and_grace(10, 90), agg.collect_list("v", "vs"))
+    for split in ([stream], [[r] for r in stream]):
+        rt = Runtime(spark.newSession(), f"{warehouse}/{len(split)}", quality=False)
+        run_stream(rt, p, split, value_type="string")
+        got = [(r["window_start"], r["window_end"], r["vs"]) for r in results(rt, p) if r["k"] == "k"]
+        assert got == kafka, f"{case}, {len(split)} batches"
+
+
 def test_kip450_hopping_with_1ms_advance_makes_more_windows_than_sliding(spark, warehouse):
     rt = Runtime(spark, warehouse, quality=False)
     p = pipeline("hop1", TimeWindows.of_size_and_grace(10, 0).advance_by(1), agg.count("n"))

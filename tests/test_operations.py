@@ -93,9 +93,7 @@ def _maintain(spark, path, vacuum=True):
 
 def _tables(rt, p):
     t = rt.tables(p)
-    return [
-        path for path in (t.ledger, t.state, t.records, t.output, t.late, t.metrics) if tables.exists(rt.spark, path)
-    ]
+    return [path for path in (t.ledger, t.state, t.output, t.late, t.metrics) if tables.exists(rt.spark, path)]
 
 
 # ---- 1. a failed quality gate, then corrected input -------------------------------------------

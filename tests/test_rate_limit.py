@@ -331,15 +331,16 @@ def test_a_named_buffer_survives_an_added_operator_and_a_zero_limit_flushes_it(s
 
 # ---- property: random streams, bounds, limits and splits against the reference model -------
 SLIDING_SEEDS = (7, 11, 13)  # a plain table, limits 8, 0 and 5; out-of-order and late records
+SESSION_SEEDS = (24, 103, 135, 212)  # merges and extensions (tombstones); bytes, records, unbounded
 
 
 def _case(seed):
     rnd = random.Random(seed)
-    sliding = seed in SLIDING_SEEDS
+    sliding, sessions = seed in SLIDING_SEEDS, seed in SESSION_SEEDS
     windowed = seed % 2 == 1
     recs = [
         (
-            rnd.choice("AB" if sliding else "ABC"),
+            rnd.choice("AB" if sliding or sessions else "ABC"),
             rnd.randint(0, 30),
             "".join(rnd.choice("xyz") for _ in range(rnd.randint(1, 3))),
         )
@@ -354,7 +355,9 @@ def _case(seed):
         "bytes": BufferConfig.max_bytes(rnd.randint(2, 5)),
     }[kind]
     windows = (
-        ref.Sliding(rnd.randint(3, 10), rnd.randint(0, 5))
+        ref.Session(rnd.randint(2, 6), rnd.randint(0, 8))
+        if sessions
+        else ref.Sliding(rnd.randint(3, 10), rnd.randint(0, 5))
         if sliding
         else ref.Tumbling(10, rnd.randint(0, 5), rnd.choice([5, 10]))
         if windowed
@@ -364,12 +367,14 @@ def _case(seed):
 
 
 def _windows(model):
+    if isinstance(model, ref.Session):
+        return SessionWindows.of_inactivity_gap_and_grace(model.gap, model.grace)
     if isinstance(model, ref.Sliding):
         return SlidingWindows.of_time_difference_and_grace(model.size, model.grace)
     return TimeWindows.of_size_and_grace(model.size, model.grace).advance_by(model.advance)
 
 
-SEEDS = (*range(6), *SLIDING_SEEDS)
+SEEDS = (*range(6), *SLIDING_SEEDS, *SESSION_SEEDS)
 EXAMPLES = {  # name: windows, limit (ms), batches; counted per window
     "kip450": (
         SlidingWindows.of_time_difference_and_grace(10, 0),
@@ -433,11 +438,15 @@ def random_runs(spark, tmp_path_factory):
             return (seed, split), []
         df = rt.read_output(p)
         start = "unix_millis(window_start)" if windows else "CAST(NULL AS long)"
+        end = ["unix_millis(window_end)"] if isinstance(windows, ref.Session) else []
+        if end:  # a tombstone has no count
+            assert df.filter("tombstone <> (n IS NULL)").count() == 0
         return (seed, split), sorted(
             tuple(r)
             for r in df.selectExpr(
                 "k",
                 start,
+                *end,
                 "CAST(n AS string)" if windows else "v",
                 "emitted_batch_id",
                 "unix_millis(emitted_stream_time)",
@@ -455,9 +464,9 @@ def test_rate_limiting_matches_the_reference_model_for_any_batch_split(random_ru
     eager = not hasattr(buffer, "when_full")
     for split, stream in (("one", [recs]), ("split", batches)):
         emitted, _ = ref.rate_limited(stream, limit, buffer.record_limit, buffer.byte_limit, eager, windows)
-        want = sorted((k, s, None if v is None else str(v), f"b{i:04d}", st) for k, s, v, i, st in emitted)
+        want = sorted((*e[:-3], None if e[-3] is None else str(e[-3]), f"b{e[-2]:04d}", e[-1]) for e in emitted)
         assert random_runs[(seed, split)] == want, (split, recs, batches, limit, buffer, windows)
-    without_batch = {x: sorted(r[:3] + r[4:] for r in random_runs[(seed, x)]) for x in ("one", "split")}
+    without_batch = {x: sorted(r[:-2] + r[-1:] for r in random_runs[(seed, x)]) for x in ("one", "split")}
     assert without_batch["one"] == without_batch["split"]
 
 
@@ -503,11 +512,49 @@ def test_buffer_configs_combine_bounds_and_policies():
         BufferConfig.max_records(-1)
 
 
-def test_rate_limiting_is_refused_where_it_cannot_hold():
+def test_rate_limiting_is_accepted_on_every_window_type_and_refused_where_it_cannot_hold():
     rate = Suppressed.until_time_limit(5, BufferConfig.unbounded())
     keyed = Pipeline("refused", timestamp="ts").group_by("k")
-    keyed.windowed_by(SlidingWindows.of_time_difference_and_grace(5, 0)).aggregate(agg.count()).suppress(rate)
-    with pytest.raises(DefinitionError, match="not supported on session windows.*merged sessions.*tombstones"):
-        keyed.windowed_by(SessionWindows.of_inactivity_gap_and_grace(5, 0)).aggregate(agg.count()).suppress(rate)
+    for windows in (
+        SlidingWindows.of_time_difference_and_grace(5, 0),
+        SessionWindows.of_inactivity_gap_and_grace(5, 0),
+    ):
+        keyed.windowed_by(windows).aggregate(agg.count()).suppress(rate)
+    early = Suppressed.until_time_limit(5, BufferConfig.max_records(2).emit_early_when_full())
+    keyed.windowed_by(SessionWindows.of_inactivity_gap_and_grace(5, 0)).aggregate(agg.count()).suppress(early)
     with pytest.raises(DefinitionError, match="needs lateness='record'"):
         Pipeline("refused", timestamp="ts", lateness="batch").group_by("k").aggregate(agg.count()).suppress(rate)
+
+
+def test_kip94_merge_forwards_a_tombstone_for_each_merged_session(spark, warehouse):
+    """KIP-94's sessions (gap 30) rate-limited with a zero time limit, so every forward leaves at
+    once: a record at 225 merges [150,200] and [250,300] into [150,300], and the log says so with
+    a tombstone for each merged session before the merged one. Each extension on the way there
+    is a tombstone of the shorter session and the longer one. The log is the reference model's,
+    and the same whether the stream comes as two batches or one batch per record."""
+    sessions = [("A", t, "x") for t in (0, 30, 60, 90, 99, 150, 175, 200, 250, 275, 300)]
+    batches = [sessions, [("A", 225, "x")]]
+    model, _ = ref.rate_limited(batches, 0, windows=ref.Session(30, 1000))
+    assert model[-3:] == [
+        ("A", 150, 200, None, 1, 300),
+        ("A", 250, 300, None, 1, 300),
+        ("A", 150, 300, 7, 1, 300),
+    ]
+    p = (
+        Pipeline("kip94", timestamp="ts", arrival="seq")
+        .group_by("k")
+        .windowed_by(SessionWindows.of_inactivity_gap_and_grace(30, 1000))
+        .aggregate(agg.count("n"))
+        .suppress(Suppressed.until_time_limit(0, BufferConfig.unbounded()))
+        .to("out")
+    )
+    logs = {}
+    for split in (batches, [[r] for b in batches for r in b]):
+        rt = Runtime(spark.newSession(), f"{warehouse}/{len(split)}", quality=False)
+        run_stream(rt, p, split, value_type=STRING)
+        rows = rt.read_output(p).selectExpr(
+            "unix_millis(window_start)", "unix_millis(window_end)", "n", "tombstone", "unix_millis(emitted_stream_time)"
+        )
+        logs[len(split)] = sorted((tuple(r) for r in rows.collect()), key=repr)
+    assert logs[2] == sorted(((s, e, n, n is None, st) for _, s, e, n, _, st in model), key=repr)
+    assert logs[2] == logs[12]

@@ -15,19 +15,18 @@ Per record, while a batch is planned:
                     order order-sensitive aggregates (``latest``, ``collect_list``) follow;
                     ``ARRIVAL_POS`` is its position field
 - ``POS``           a position in the batch taken out of ``ARRIVAL`` (rate limiting's updates)
+- ``STEP``          rate limiting: an update's place among its record's updates
 - ``STARTS``, ``OPEN_STARTS``    time windows: starts of the windows holding the record, and of
                     those still open for it; ``N_STARTS``, ``N_OPEN_STARTS`` their sizes
-- ``NEW``           sliding windows: the record is the batch's (not a kept one)
+- ``TOUCH``         rate limiting: the row is an update of its entry (not only a part of its value)
 
 Per window in ``window_state`` (and in the rows a batch plans):
 
 - ``CLOSE``         the window's close time (``Windows.close``: the end plus what the window type adds)
 - ``BUCKET``        ``CLOSE // bucket``: the partition, so closing reads only due buckets
-- ``MAX_TS``        the latest event time the window holds
+- ``MAX_TS``        the latest event time the window holds (for sliding windows, Kafka's
+                    timestamp of the window, which the fold finds previous records by)
 - ``GONE``          in planned state changes and sink rows only: the row is deleted (a merged-away session)
-
-Per kept record in ``records`` (sliding windows): ``TS``, ``ARRIVAL`` and ``TIME_BUCKET``
-(``TS // bucket``, its partition).
 
 Per entry of a rate-limiting suppression buffer: ``BUFFER_TIME`` (the time its time limit counts
 from), ``SIZE`` (bytes of its value), ``ENTRY_KEY`` (the key as text, ordering entries of equal
@@ -41,14 +40,14 @@ STREAM_AFTER = "_sa"
 ARRIVAL = "_ord"
 ARRIVAL_POS = f"{ARRIVAL}.pos"
 POS = "_pos"
+STEP = "_step"
 STARTS = "_all"
 OPEN_STARTS = "_acc"
 N_STARTS = "_n_all"
 N_OPEN_STARTS = "_n_acc"
-NEW = "_new"
+TOUCH = "_touch"
 CLOSE = "_close"
 BUCKET = "_bucket"
-TIME_BUCKET = "_tbucket"
 MAX_TS = "_max_ts"
 GONE = "_gone"
 BUFFER_TIME = "_bt"

@@ -30,7 +30,7 @@ def quoted(column: str) -> str:
 RESERVED_TABLES: dict[str, str] = {
     "_ledger": "batch ledger table",
     "window_state": "window state table",
-    "records": "sliding-window records table",
+    "records": "sliding-window records table (kept by earlier versions)",
     "late_records": "late records table",
     "metrics": "metrics table",
     "_staging": "staging folder",
@@ -50,6 +50,8 @@ RESERVED_ROOT_ENTRIES: dict[str, str] = {
 #: Columns the framework adds to results: window bounds (windowed pipelines) and the emission stamp.
 WINDOW_COLUMNS = ("window_start", "window_end")
 EMITTED_COLUMNS = ("emitted_batch_id", "emitted_stream_time")
+#: In rate-limited session results: the row says its session no longer exists (merged or extended).
+TOMBSTONE = "tombstone"
 
 
 def reserved_table(name: str) -> str | None:

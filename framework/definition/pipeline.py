@@ -14,6 +14,7 @@ from .aggregations import Aggregate
 from .names import (
     EMITTED_COLUMNS,
     RESERVED_TABLES,
+    TOMBSTONE,
     WINDOW_COLUMNS,
     find_up_to_case,
     identifier,
@@ -131,7 +132,7 @@ class Pipeline:
                 f"({_CASE}); give each key column once"
             )
         for k in keys:
-            framework_column = find_up_to_case(k, WINDOW_COLUMNS + EMITTED_COLUMNS)
+            framework_column = find_up_to_case(k, (*WINDOW_COLUMNS, *EMITTED_COLUMNS, TOMBSTONE))
             if framework_column:
                 raise DefinitionError(
                     f"pipeline {self.name!r}: group_by key {k!r} clashes with the column "
@@ -156,7 +157,7 @@ class Pipeline:
         if not aggregates or not all(isinstance(a, Aggregate) for a in aggregates):
             raise DefinitionError(f"pipeline {self.name!r}: aggregate() takes one or more agg.* values")
         for a in aggregates:
-            framework_column = find_up_to_case(a.name, WINDOW_COLUMNS + EMITTED_COLUMNS)
+            framework_column = find_up_to_case(a.name, (*WINDOW_COLUMNS, *EMITTED_COLUMNS, TOMBSTONE))
             if framework_column:
                 raise DefinitionError(
                     f"pipeline {self.name!r}: output column names clash: aggregate {a.name!r} "
@@ -201,20 +202,13 @@ class Pipeline:
         if (
             suppressed.mode == "until_window_closes"
             and suppressed.buffer.byte_limit is not None
-            and (not isinstance(self.windows, TimeWindows) or self.lateness != "record")
+            and self.lateness != "record"
         ):
             raise DefinitionError(
                 f"pipeline {self.name!r}: a max_bytes bound on until_window_closes is checked "
-                "after every record, which is built for TimeWindows with lateness='record' only; "
-                "use max_records(n).shut_down_when_full() (checked on the windows held after "
-                "the batch) or BufferConfig.unbounded()"
-            )
-        if suppressed.mode == "until_time_limit" and isinstance(self.windows, SessionWindows):
-            raise DefinitionError(
-                f"pipeline {self.name!r}: until_time_limit is not supported on session windows "
-                "(a merge would have to retract the merged sessions' buffered or emitted updates "
-                "with tombstones, which is not built); use until_window_closes, or TimeWindows "
-                "or SlidingWindows"
+                "after every record, which needs lateness='record' (the default); use "
+                "max_records(n).shut_down_when_full() (checked on the windows held after the "
+                "batch) or BufferConfig.unbounded()"
             )
         if suppressed.mode == "until_time_limit" and self.lateness != "record":
             raise DefinitionError(
@@ -330,8 +324,6 @@ class Pipeline:
             lines.append(f"  --> WindowedBy {self.windows.describe()}")
         aggs = ", ".join(a.describe() for a in self.aggregates)
         lines.append(f"  --> Aggregate [{aggs}]  (store: {store})")
-        if isinstance(self.windows, SlidingWindows):
-            lines.append(f"      (records store: {self.name}.records)")
         if self.suppression is not None:
             label = self.suppression.name or "<unnamed>"
             buffer = f"{self.name}.buffer_{self.suppression.name or 'suppress'}" if self.rate_limited else store

@@ -94,8 +94,9 @@ class TimeWindows(_Closing):
 class SlidingWindows(_Closing):
     """KIP-450 sliding windows: ``[t - size, t]`` both ends inclusive, one window per distinct
     set of records. A record defines a left window ending at it and, when later records fall
-    within ``size`` of it, a right window starting 1 ms after it. Closes at ``end + 1 ms + grace``.
-    Cost: the records of the last ``size + grace`` are kept to build windows they define.
+    within ``size`` of it, a right window starting 1 ms after it, decided as Kafka Streams does
+    from the windows the key holds. Closes at ``end + 1 ms + grace``.
+    Cost: the windows of the last ``3 * size + grace`` are held, closed ones included.
     """
 
     size_ms: int
@@ -120,10 +121,11 @@ class SlidingWindows(_Closing):
         it): once stream time reaches it, the record is late."""
         return self.close(cast(T, ts + self.size_ms))
 
-    def retention_ms(self) -> int:
-        """How long a kept record matters: until every window it is in or defines has closed,
-        so records older than stream time minus this are dropped."""
-        return self.size_ms + 2 + self.grace_ms
+    def held_ms(self) -> int:
+        """How far a held window's start may be behind stream time and still be read: a record
+        still lands only within ``size + grace`` of stream time (``last_close``), and looks
+        back ``2 * size`` for windows, as Kafka's store fetch does. Older windows are forgotten."""
+        return 3 * self.size_ms + self.grace_ms
 
     def describe(self) -> str:
         return f"SlidingWindows(size={self.size_ms}ms, grace={self.grace_ms}ms)"

@@ -4,10 +4,9 @@ Pure DataFrame plans, no writes (writes belong to ``runtime``). Three strategies
 
 - time windows and plain tables: records are assigned to windows with SQL array functions,
   aggregated into partial columns and merged with the stored partials;
-- session windows: one pass over each key's rows in arrival order (``mapInArrow``: sessions
-  merge, closed sessions never merge again) assigns records to sessions; aggregation stays in SQL;
-- sliding windows: recent records are kept; windows a record defines are derived in SQL and
-  aggregated from the records they hold.
+- session and sliding windows: a fold over each key's rows in arrival order (``fold``) decides
+  which sessions a record joins or merges, or which sliding windows it updates and creates (as
+  Kafka Streams does, from the windows the key holds); aggregation stays in SQL.
 
 A record joins window w only while ``close_time(w) > stream time before the record`` (docs/design.md#lateness);
 each window type says when its windows close (``Windows.close``). The plan's value types live in
@@ -16,15 +15,13 @@ each window type says when its windows close (``Windows.close``). The plan's val
 
 from __future__ import annotations
 
-from typing import Iterator
+from functools import partial
 
-import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 from ..definition.columns import (
+    ARRIVAL,
     ARRIVAL_POS,
     BUCKET,
     CLOSE,
@@ -32,21 +29,24 @@ from ..definition.columns import (
     MAX_TS,
     N_OPEN_STARTS,
     N_STARTS,
-    NEW,
     OPEN_STARTS,
+    POS,
     STARTS,
+    STEP,
+    STREAM_AFTER,
     STREAM_BEFORE,
+    TOUCH,
     TS,
 )
 from ..definition.pipeline import Pipeline
 from ..definition.windows import SessionWindows, SlidingWindows, TimeWindows
+from . import fold
 from .plan import Batch, Outcome, finished, merges, partial_names, partials
 from .streamtime import NO_TIME
 
-__all__ = ["NO_TIME", "Batch", "Outcome", "assign", "needs_order", "plan", "recent_records"]
+__all__ = ["NO_TIME", "Batch", "Outcome", "assign", "needs_order", "plan"]
 
 NEVER = 2**62  # close time of a plain (non-windowed) table's rows: they never close
-FOLD_BATCH_ROWS = 10_000  # rows of session assignments per Arrow batch a fold returns
 
 
 def _bucket(b: Batch) -> Column:
@@ -145,8 +145,6 @@ def _time_windows(b: Batch, w: TimeWindows | None) -> Outcome:
     return Outcome(
         None,
         (keep, f"{BUCKET} <= {due_bucket}"),
-        None,
-        None,
         results,
         assigned.filter(F.col(N_OPEN_STARTS) == 0),
         closed,
@@ -218,8 +216,6 @@ def _plain_table(b: Batch) -> Outcome:
     return Outcome(
         changes,
         None,
-        None,
-        None,
         merged.select(*keys, *finished(p), F.lit(False).alias(GONE)),
         counted.limit(0),
         merged.limit(0),
@@ -252,41 +248,21 @@ def _sessions(b: Batch, w: SessionWindows) -> Outcome:
     state_cols = stored.columns
     touched_keys = b.records.select(*keys).distinct()
     old = stored.join(touched_keys, keys, "left_semi")
-    members = old.select(
+    held = old.select(
         *keys,
-        F.lit(0).alias("_kind"),
-        F.col("window_start").alias("_id"),
-        F.col("window_start").alias("_a"),
-        F.col("window_end").alias("_b"),
-        F.lit(None).cast("long").alias(STREAM_BEFORE),
-    ).unionByName(
-        b.records.select(
-            *keys,
-            F.lit(1).alias("_kind"),
-            F.col(ARRIVAL_POS).alias("_id"),
-            F.col(TS).alias("_a"),
-            F.col(TS).alias("_b"),
-            STREAM_BEFORE,
-        )
+        F.col("window_start").alias(fold.ID),
+        F.col("window_start").alias(fold.A),
+        F.col("window_end").alias(fold.B),
     )
-    schema = StructType(
-        [
-            *(b.records.schema[k] for k in keys),
-            StructField("_kind", IntegerType()),
-            *(StructField(c, LongType()) for c in ("_id", "_start", "_end")),
-        ]
-    )
-    ordered = members.repartition(*keys).sortWithinPartitions(*keys, "_kind", "_id")
-    assigned = ordered.mapInArrow(
-        _session_fold(keys, w.gap_ms, w.close_after_end_ms(), schema), schema
-    ).localCheckpoint(eager=True)
+    folded = fold.run(held, b.records, keys, partial(fold.Sessions, w, updates=_forwards(p)))
+    assigned = folded.filter(F.col("_at").isNull()).drop("_at", "_step")
 
     recs = b.records.withColumn("_id", F.col(ARRIVAL_POS))
-    rec_assign = recs.join(assigned.filter("_kind = 1").drop("_kind"), [*keys, "_id"])
+    rec_assign = recs.join(assigned.filter(f"_member = {fold.RECORD}").drop("_member"), [*keys, "_id"])
     rec_partials = rec_assign.groupBy(*keys, "_start", "_end").agg(*partials(p), F.max(TS).alias(MAX_TS))
     old_assign = (
         old.withColumn("_id", F.col("window_start"))
-        .join(assigned.filter("_kind = 0").drop("_kind"), [*keys, "_id"])
+        .join(assigned.filter(f"_member = {fold.HELD}").drop("_member"), [*keys, "_id"])
         .select(*keys, "_start", "_end", *partial_names(p), MAX_TS)
     )
     merged = (
@@ -305,7 +281,7 @@ def _sessions(b: Batch, w: SessionWindows) -> Outcome:
         .unionByName(gone.withColumn(GONE, F.lit(True)))
         .unionByName(closing.withColumn(GONE, F.lit(False)))
     )
-    landed = assigned.filter("_kind = 1").select(*keys, "_id", F.lit(True).alias("_landed"))
+    landed = assigned.filter(f"_member = {fold.RECORD}").select(*keys, "_id", F.lit(True).alias("_landed"))
     counted = recs.join(landed, [*keys, "_id"], "left")
     n_late = F.sum(F.when(F.col("_landed").isNull(), 1).otherwise(0))
     counters = {"late_record_drop_total": n_late, "late_records": n_late, **_lateness(b)}
@@ -317,145 +293,160 @@ def _sessions(b: Batch, w: SessionWindows) -> Outcome:
     return Outcome(
         changes,
         None,
-        None,
-        None,
         _results(b, changes, merged),
         counted.filter(F.col("_landed").isNull()),
         changes.filter(~F.col(GONE) & (F.col(CLOSE) <= b.sta)),
         counted,
         counters,
         still_open,
+        updates=_session_forwards(p, folded, recs, old) if _forwards(p) else None,
     )
 
 
-def _session_fold(keys: list[str], gap: int, close_after_end: int, schema: StructType):
-    """A ``mapInArrow`` function: assign open sessions and new records to sessions, key by key.
+def _forwards(p: Pipeline) -> bool:
+    """Whether a session plan needs Kafka's forwards record by record: for a rate-limiting
+    buffer, or a bounded one (checked after every record)."""
+    buf = p.suppression.buffer if p.suppression is not None else None
+    return p.rate_limited or (buf is not None and (buf.record_limit is not None or buf.byte_limit is not None))
 
-    Its input is partitioned by key and sorted by key, kind (open sessions first) and arrival,
-    so one pass over the rows, in Arrow batches, sees each key's rows together. Records are
-    taken in arrival order. A record joins every *open* session within ``gap`` (merging them); a
-    session closed before the record arrived is left as it was emitted. A record with no open
-    neighbour whose own session is already closed is late (left out). A session ending at ``end``
-    closes at ``end + close_after_end`` (``SessionWindows.close``: plain ints, as the function
-    runs in Python workers).
-    """
-    names = [*keys, "_kind", "_id", "_start", "_end"]
-    arrow = to_arrow_schema(schema)
 
-    def sessions_of(active: list, done: list, key: tuple, out: list) -> None:
-        out.extend((*key, kind, ident, s[0], s[1]) for s in active + done for kind, ident in s[2])
-
-    def to_batch(out: list) -> pa.RecordBatch:
-        columns: list = list(zip(*out)) if out else [[] for _ in names]
-        return pa.RecordBatch.from_arrays(
-            [pa.array(c, type=arrow.field(n).type) for n, c in zip(names, columns)], schema=arrow
-        )
-
-    def fold(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        key: tuple | None = None
-        active: list = []
-        done: list = []
-        out: list = []
-        for batch in batches:
-            column = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-            rows = zip(
-                zip(*(column[k] for k in keys)), *(column[c] for c in ("_kind", "_id", "_a", "_b", STREAM_BEFORE))
-            )
-            for row_key, kind, ident, ts, end, sb in rows:
-                if row_key != key:
-                    if key is not None:
-                        sessions_of(active, done, key, out)
-                    key, active, done = row_key, [], []
-                if kind == 0:  # an open session: [start, end, members]
-                    active.append([ts, end, [(0, ident)]])
-                    continue
-                done += [s for s in active if s[1] + close_after_end <= sb]
-                active = [s for s in active if s[1] + close_after_end > sb]
-                hit = [s for s in active if s[0] - gap <= ts <= s[1] + gap]
-                if not hit and ts + close_after_end <= sb:
-                    continue
-                joined = [
-                    min([ts] + [s[0] for s in hit]),
-                    max([ts] + [s[1] for s in hit]),
-                    [m for s in hit for m in s[2]] + [(1, ident)],
-                ]
-                active = [s for s in active if all(s is not h for h in hit)] + [joined]
-            if len(out) >= FOLD_BATCH_ROWS:
-                yield to_batch(out)
-                out = []
-        if key is not None:
-            sessions_of(active, done, key, out)
-        yield to_batch(out)
-
-    return fold
+def _session_forwards(p: Pipeline, folded: DataFrame, recs: DataFrame, old: DataFrame) -> DataFrame:
+    """Kafka's forwards (``fold.Sessions``), one row each at position ``POS`` in order ``STEP``:
+    a merged-away or extended session's tombstone (``GONE``, no partials), or the record's
+    session with its partials then (the stored partials of the sessions it holds merged with
+    its records')."""
+    keys = list(p.keys)
+    forwards = folded.filter(F.col("_at").isNotNull()).select(
+        *keys,
+        F.col("_start").alias("window_start"),
+        F.col("_end").alias("window_end"),
+        F.col("_at").alias(POS),
+        F.col("_step").alias(STEP),
+        "_member",
+        "_id",
+    )
+    entry = [*keys, "window_start", "window_end", POS, STEP]
+    member = F.col("_member")
+    from_records = forwards.filter(member == fold.RECORD).join(recs, [*keys, "_id"]).groupBy(*entry).agg(*partials(p))
+    from_held = (
+        forwards.filter(member == fold.HELD)
+        .join(old.select(*keys, F.col("window_start").alias("_id"), *partial_names(p)), [*keys, "_id"])
+        .select(*entry, *partial_names(p))
+    )
+    puts = from_records.unionByName(from_held).groupBy(*entry).agg(*merges(p))
+    tombstones = forwards.filter(member == fold.TOMBSTONE).select(
+        *entry, *[F.lit(None).cast(puts.schema[c].dataType).alias(c) for c in partial_names(p)]
+    )
+    return puts.withColumn(GONE, F.lit(False)).unionByName(tombstones.withColumn(GONE, F.lit(True)))
 
 
 # ---- sliding windows -----------------------------------------------------------------------
-def recent_records(b: Batch, w: SlidingWindows) -> DataFrame:
-    """The kept records that may still matter (``NEW`` false, earlier in arrival order) and the
-    batch's records (``NEW`` true)."""
-    new = b.records.withColumn(NEW, F.lit(True))
-    if b.kept_records is None:
-        return new
-    kept = (
-        b.kept_records.filter(F.col(TS) >= F.lit(b.stb - w.retention_ms()))
-        .withColumn(NEW, F.lit(False))
-        .select(*new.columns)
-    )
-    return kept.unionByName(new)
-
-
 def _sliding(b: Batch, w: SlidingWindows) -> Outcome:
+    """Window state holds the windows Kafka's store would hold (closed ones too, while a later
+    record may still find its previous record through them), each with its partials. The fold
+    decides which windows the batch's records update and create (``fold.Sliding``); a changed
+    window's partials are those of the stored window it starts from merged with the records it
+    holds."""
     p = b.pipeline
     keys = list(p.keys)
-    size = w.size_ms
-    every = recent_records(b, w)
-
-    left_start = F.greatest(F.col(TS) - size, F.lit(0))
-    lefts = every.select(
-        *keys, left_start.alias("window_start"), (left_start + size).alias("window_end"), STREAM_BEFORE, NEW
-    )
-    rights = every.select(
-        *keys, (F.col(TS) + 1).alias("window_start"), (F.col(TS) + 1 + size).alias("window_end"), STREAM_BEFORE, NEW
-    )
-    windows = (
-        lefts.unionByName(rights)
+    ident = [*keys, "window_start"]
+    recs = b.records.withColumn(POS, F.col(ARRIVAL_POS))
+    shape = (
+        recs.groupBy(*keys, F.col(TS).alias("window_start"), F.col(TS).alias("window_end"))
+        .agg(*partials(p), F.max(TS).alias(MAX_TS))
         .withColumn(CLOSE, w.close(F.col("window_end")))
-        .filter(F.col(CLOSE) > F.col(STREAM_BEFORE))
-        .groupBy(*keys, "window_start", "window_end", CLOSE)
-        .agg(F.max(NEW).alias("_defined_new"))
+        .withColumn(BUCKET, _bucket(b))
     )
-    if p.suppressed_final:
-        due = windows.filter((F.col(CLOSE) > b.stb) & (F.col(CLOSE) <= b.sta))
-    else:
-        due = windows.filter(F.col(CLOSE) > b.stb)
-    r = every.alias("r")
-    content = due.alias("w").join(
-        r,
-        [F.col(f"w.{k}") == F.col(f"r.{k}") for k in keys]
-        + [
-            F.col(f"r.{TS}").between(F.col("w.window_start"), F.col("w.window_end")),
-            F.col(f"w.{CLOSE}") > F.col(f"r.{STREAM_BEFORE}"),
-        ],
+    stored = _stored(b, shape)
+    old = stored.join(recs.select(*keys).distinct(), keys, "left_semi")
+    held = old.select(*keys, F.col("window_start").alias(fold.ID), F.col(MAX_TS).alias(fold.A), F.lit(0).alias(fold.B))
+    folded = fold.run(held, recs, keys, partial(fold.Sliding, w))
+    out, start = F.col("_out"), F.col("_start").alias("window_start")
+    changed_at = folded.filter(out == fold.WINDOW).select(*keys, start, "_base", F.col("_max_ts").alias(MAX_TS))
+    members = folded.filter(out == fold.MEMBER).select(*keys, start, F.col("_id").alias(POS), "_n")
+    holding = members.join(recs, [*keys, POS])
+    bases = changed_at.join(
+        old.select(*keys, F.col("window_start").alias("_base"), *partial_names(p)), [*keys, "_base"]
+    ).select(*ident, *partial_names(p))
+    changed = (
+        holding.groupBy(*ident)
+        .agg(*partials(p))
+        .unionByName(bases)
+        .groupBy(*ident)
+        .agg(*merges(p))
+        .join(changed_at.select(*ident, MAX_TS), ident)
+        .withColumn("window_end", F.col("window_start") + w.size_ms)
+        .withColumn(CLOSE, w.close(F.col("window_end")))
+        .withColumn(BUCKET, _bucket(b))
+        .select(*stored.columns)
     )
-    grouped = (
-        content.select("w.*", *[F.col(f"r.{c}") for c in every.columns if c not in keys])
-        .groupBy(*keys, "window_start", "window_end", CLOSE)
-        .agg(*partials(p), F.max(NEW).alias("_has_new"), F.max("_defined_new").alias("_defined_new"))
+    forget = F.col("window_start") < F.lit(b.sta - w.held_ms())
+    changes = changed.withColumn(GONE, forget).unionByName(
+        stored.filter(forget).join(changed.select(*ident), ident, "left_anti").withColumn(GONE, F.lit(True))
     )
-    if not p.suppressed_final:
-        grouped = grouped.filter(F.col("_has_new") | F.col("_defined_new"))
-    results = grouped.select(*keys, "window_start", "window_end", *finished(p), F.lit(False).alias(GONE))
-
-    left_close = w.close(left_start + size)
-    is_late = w.last_close(F.col(TS)) <= F.col(STREAM_BEFORE)
+    current = changed.unionByName(
+        stored.filter(F.col(BUCKET) >= F.lit(b.stb // b.bucket_ms)).join(changed.select(*ident), ident, "left_anti")
+    )
+    closed = current.filter((F.col(CLOSE) > b.stb) & (F.col(CLOSE) <= b.sta))
+    results = (closed if p.suppressed_final else changed).select(
+        *keys, "window_start", "window_end", *finished(p), F.lit(False).alias(GONE)
+    )
+    updated = members.filter("_n = 1").select(*keys, POS).distinct().withColumn("_landed", F.lit(True))
+    drops = folded.filter(out == fold.LANDING).select(*keys, F.col("_id").alias(POS), F.col("_n").alias("_drops"))
+    counted = recs.join(drops, [*keys, POS], "left").join(updated, [*keys, POS], "left")
+    late = F.col("_landed").isNull()
     counters = {
-        "late_record_drop_total": F.sum(F.when(left_close <= F.col(STREAM_BEFORE), 1).otherwise(0)),
-        "late_records": F.sum(F.when(is_late, 1).otherwise(0)),
+        "late_record_drop_total": F.sum("_drops"),
+        "late_records": F.sum(F.when(late, 1).otherwise(0)),
         **_lateness(b),
     }
-    late = b.records.filter(is_late)
-    open_windows = windows.filter(F.col(CLOSE) > b.sta)
-    closed = windows.filter((F.col(CLOSE) > b.stb) & (F.col(CLOSE) <= b.sta))
-    cutoff = None if b.stream_time is None else b.stream_time - w.retention_ms()
-    return Outcome(None, None, b.records, cutoff, results, late, closed, b.records, counters, open_windows)
+    copies = folded.filter(out == fold.COPY).select(*keys, start, F.col("_id").alias(POS))
+    updates = _sliding_updates(p, w, holding, copies.join(recs, [*keys, POS]), changed_at, old)
+    return Outcome(
+        changes,
+        None,
+        results,
+        counted.filter(late),
+        closed,
+        counted,
+        counters,
+        current.filter(F.col(CLOSE) > b.sta).select(*ident),
+        updates=updates,
+    )
+
+
+def _sliding_updates(
+    p: Pipeline, w: SlidingWindows, holding: DataFrame, copies: DataFrame, changed_at: DataFrame, old: DataFrame
+) -> DataFrame:
+    """Per changed window, rows whose running merge in arrival order is the window's value
+    after each update (for rate limiting): its stored base first, then one per record it holds
+    (``TOUCH`` where the record updated it, not where it was copied in), and one without
+    partials where a record created it as a copy (an update of its own)."""
+    keys = list(p.keys)
+    end = F.col("window_start") + w.size_ms
+    carried: list[str | Column] = [*keys, "window_start", end.alias("window_end")]
+    after = F.greatest(STREAM_BEFORE, TS).alias(STREAM_AFTER)
+    per_record = holding.groupBy(*carried, ARRIVAL, STREAM_BEFORE, after, TS, (F.col("_n") == 1).alias(TOUCH)).agg(
+        *partials(p)
+    )
+    base = changed_at.join(
+        old.select(*keys, F.col("window_start").alias("_base"), *partial_names(p), F.col(MAX_TS).alias(TS)),
+        [*keys, "_base"],
+    ).select(
+        *carried,
+        F.lit(None).cast(holding.schema[ARRIVAL].dataType).alias(ARRIVAL),
+        *[F.lit(None).cast("long").alias(c) for c in (STREAM_BEFORE, STREAM_AFTER)],
+        TS,
+        F.lit(False).alias(TOUCH),
+        *partial_names(p),
+    )
+    created = copies.select(
+        *carried,
+        ARRIVAL,
+        STREAM_BEFORE,
+        after,
+        F.lit(None).cast("long").alias(TS),
+        F.lit(True).alias(TOUCH),
+        *[F.lit(None).cast(per_record.schema[c].dataType).alias(c) for c in partial_names(p)],
+    )
+    return per_record.unionByName(base).unionByName(created)

@@ -26,7 +26,6 @@ class Batch:
     stream_time_before: int | None
     stream_time: int | None
     state: DataFrame | None  # window_state as of the last committed batch
-    kept_records: DataFrame | None  # sliding windows: records as of the last committed batch
     bucket_ms: int
     buffer: DataFrame | None = None  # until_time_limit: the suppression buffer as of the last committed batch
     cache: Callable[[DataFrame], DataFrame] = lambda df: df  # keeps a frame the plan reads more than once
@@ -74,8 +73,6 @@ class Outcome:
 
     state_changes: DataFrame | None  # window_state rows + ``GONE``, MERGEd: closed/gone rows deleted
     state_rewrite: tuple[DataFrame, str] | None  # or: rows written replacing the state matching a predicate
-    new_records: DataFrame | None  # sliding windows: records to keep
-    records_cutoff: int | None  # sliding windows: kept records older than this are dropped
     results: DataFrame  # keys, window bounds (ms), finished aggregates, ``GONE``
     late: DataFrame  # records that landed in no window
     closed: DataFrame  # the windows that closed in this batch
@@ -84,6 +81,10 @@ class Outcome:
     open_windows: DataFrame  # windows (or keys) held in state after the batch
     limited: Limited | None = None  # until_time_limit: what the suppression buffer did (``ratelimit``)
     opened: Callable[[], int] | None = None  # time windows: how many windows the batch added to state
+    # the updates a suppression buffer takes (``ratelimit``), where the window type decides them:
+    # sliding windows: rows whose running merge is each update; session windows: one row per
+    # update (Kafka's forwards: tombstones ``GONE``), with ``POS``, ``STEP`` and merged partials
+    updates: DataFrame | None = None
 
 
 # ---- the columns of a pipeline's aggregates ---------------------------------------------------

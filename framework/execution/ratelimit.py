@@ -5,11 +5,12 @@ arrival position, the stream time before and after it, the update's time (the re
 time; for a window, the largest event time in it so far, as Kafka stamps it) and the new value.
 The value after each update is a running merge, a window function per key (and window), so it
 runs in parallel: of the stored partials and the batch's per-record partials (plain tables,
-time windows), or of the kept and new records a sliding window holds. Session windows are not
-supported: a merge would need tombstones for the merged sessions.
+time windows), or of the stored window a sliding window starts from and the records it holds
+(``Outcome.updates``). Session windows are not supported: a merge would need tombstones for the
+merged sessions.
 
-The same fold measures ``until_window_closes``'s buffer for strict bounds on time windows
-(``held_until_close``): there every open window is an entry, leaving when it closes.
+The same fold measures ``until_window_closes``'s buffer for strict bounds on time and sliding
+windows (``held_until_close``): there every open window is an entry, leaving when it closes.
 
 The buffer itself is ``eviction.Buffer``. When only time decides (unbounded and strict
 buffers) it runs per key in parallel; a strict bound is then checked over the size changes
@@ -37,27 +38,28 @@ from ..definition.columns import (
     ENTRY_KEY,
     GONE,
     MAX_TS,
-    NEW,
     OPEN_STARTS,
     POS,
     SIZE,
+    STEP,
     STREAM_AFTER,
     STREAM_BEFORE,
+    TOUCH,
     TS,
 )
 from ..definition.names import quoted
 from ..definition.pipeline import Pipeline
 from ..definition.suppress import EagerBufferConfig
-from ..definition.windows import SlidingWindows, TimeWindows
+from ..definition.windows import SessionWindows, SlidingWindows, TimeWindows
 from . import eviction
-from .engine import assign, recent_records
+from .engine import assign
 from .plan import Batch, Limited, Outcome, buffer_stats, finished, merges, partial_names, partials
 
 # Columns of the fold, in this module only. In: an event's kind (stored entry 0, update 1, tick 2),
 # whether a row is an update (TOUCH), the group folded together. Out (CHANGES): what happened
 # (put, emit, keep) at which position, the stream time then, the threshold an entry left at (when
 # a per-key fold cannot place it) and the update holding its value (REF), and the entry.
-KIND, TOUCH, GROUP = "_kind", "_touch", "_g"
+KIND, GROUP = "_kind", "_g"
 WHAT, STREAM_TIME, THRESHOLD, REF = "_what", "_st", "_thr", "_ref"
 CHANGES = (
     f"{WHAT} string, {POS} long, {STREAM_TIME} long, {THRESHOLD} long, {REF} long, {BUFFER_TIME} long, "
@@ -66,12 +68,20 @@ CHANGES = (
 
 
 def identity(p: Pipeline) -> list[str]:
-    """Columns naming one buffer entry: the keys, and the window when windowed."""
+    """Columns naming one buffer entry: the keys, and the window when windowed (a session by
+    both bounds, as a merge or extension makes a new session)."""
+    if isinstance(p.windows, SessionWindows):
+        return [*p.keys, "window_start", "window_end"]
     return [*p.keys, "window_start"] if p.windows is not None else list(p.keys)
 
 
 def _carried(p: Pipeline) -> list[str]:
-    return identity(p) + (["window_end"] if p.windows is not None else [])
+    return identity(p) + (["window_end"] if isinstance(p.windows, (TimeWindows, SlidingWindows)) else [])
+
+
+def _values(p: Pipeline) -> list[str]:
+    """An entry's value: the aggregates, and for sessions whether it is a tombstone (``GONE``)."""
+    return [a.name for a in p.aggregates] + ([GONE] if isinstance(p.windows, SessionWindows) else [])
 
 
 def limit(b: Batch, outcome: Outcome) -> Outcome:
@@ -79,12 +89,12 @@ def limit(b: Batch, outcome: Outcome) -> Outcome:
     p = b.pipeline
     s = p.suppression
     ident, carried = identity(p), _carried(p)
-    values = [a.name for a in p.aggregates]
-    ups = _updates(b).localCheckpoint(eager=True)  # read three times: by the fold and for two values
+    values = _values(p)
+    ups = _updates(b, outcome).localCheckpoint(eager=True)  # read three times: by the fold and for two values
     stored = (
-        b.buffer.select(*ups.drop(POS, STREAM_BEFORE, STREAM_AFTER).columns)
+        b.buffer.select(*ups.drop(POS, STEP, STREAM_BEFORE, STREAM_AFTER).columns)
         if b.buffer is not None
-        else ups.drop(POS, STREAM_BEFORE, STREAM_AFTER).limit(0)
+        else ups.drop(POS, STEP, STREAM_BEFORE, STREAM_AFTER).limit(0)
     )
     buf = s.buffer
     eager = isinstance(buf, EagerBufferConfig) and (buf.record_limit is not None or buf.byte_limit is not None)
@@ -92,7 +102,7 @@ def limit(b: Batch, outcome: Outcome) -> Outcome:
     changes = _buffered(b, ups, stored, s.time_limit_ms, eager)
     emits = _placed(b, changes.filter(f"{WHAT} = 'emit'"))
     emitted = _with_values(emits, ups, stored, ident, values).select(
-        *carried, *values, F.lit(False).alias(GONE), F.col(STREAM_TIME).alias(EMITTED_AT)
+        *carried, *values, *([] if GONE in values else [F.lit(False).alias(GONE)]), F.col(STREAM_TIME).alias(EMITTED_AT)
     )
     kept = _with_values(changes.filter(f"{WHAT} = 'keep'"), ups, stored, ident, values).select(
         *carried, BUFFER_TIME, SIZE, ENTRY_KEY, *values
@@ -100,22 +110,24 @@ def limit(b: Batch, outcome: Outcome) -> Outcome:
     return replace(outcome, results=emitted, limited=Limited(emitted, kept, _sized(emits, changes, stored)))
 
 
-def held_until_close(b: Batch) -> dict:
-    """The buffer of ``until_window_closes`` on time windows, count and bytes after every record
+def held_until_close(b: Batch, outcome: Outcome) -> dict:
+    """The buffer of ``until_window_closes`` on time or sliding windows, count and bytes after every record
     (``Limited.stats``), for strict bounds: Kafka's buffer holds every open window (each update
     is put, a window leaves once stream time reaches its close), so this is the fold of a
     rate-limiting buffer with the window's close time as buffer time and no time limit."""
     p = b.pipeline
     carried = _carried(p)
     close = p.windows.close(F.col("window_end"))
-    ups = _updates(b, buffer_time=close)
-    base = ups.drop(POS, STREAM_BEFORE, STREAM_AFTER)
+    ups = _updates(b, outcome, buffer_time=close)
+    base = ups.drop(POS, STEP, STREAM_BEFORE, STREAM_AFTER)
     if b.state is None:
         stored = base.limit(0)
     else:
-        merged = b.state.groupBy(*carried).agg(*merges(p))
+        merged = b.state.filter(F.col(CLOSE) > b.stb).groupBy(*carried).agg(*merges(p))  # open windows
         stored = merged.select(*carried, close.alias(BUFFER_TIME), *finished(p))
-        stored = stored.select(*carried, BUFFER_TIME, _size(p), _key(p), *[a.name for a in p.aggregates])
+        if isinstance(p.windows, SessionWindows):
+            stored = stored.withColumn(GONE, F.lit(False))
+        stored = stored.select(*carried, BUFFER_TIME, _size(p), _key(p), *_values(p))
     changes = _buffered(b, ups, stored, 0, eager=False)
     return buffer_stats(_sized(_placed(b, changes.filter(f"{WHAT} = 'emit'")), changes, stored))
 
@@ -144,13 +156,16 @@ def _buffered(b: Batch, ups: DataFrame, stored: DataFrame, limit_ms: int, eager:
     ident, carried = identity(p), _carried(p)
     base = [*carried, BUFFER_TIME, SIZE, ENTRY_KEY]
     members = stored.select(
-        *base, F.lit(0).alias(KIND), *[F.lit(None).cast("long").alias(c) for c in (POS, STREAM_BEFORE, STREAM_AFTER)]
-    ).unionByName(ups.select(*base, F.lit(1).alias(KIND), POS, STREAM_BEFORE, STREAM_AFTER))
+        *base,
+        F.lit(0).alias(KIND),
+        *[F.lit(None).cast("long").alias(c) for c in (POS, STEP, STREAM_BEFORE, STREAM_AFTER)],
+    ).unionByName(ups.select(*base, F.lit(1).alias(KIND), POS, STEP, STREAM_BEFORE, STREAM_AFTER))
     if eager:  # the oldest entry of any key leaves when full: one fold over the batch in arrival order
         ticks = b.records.select(
             *[F.lit(None).cast(members.schema[c].dataType).alias(c) for c in base],
             F.lit(2).alias(KIND),
             F.col(ARRIVAL_POS).alias(POS),
+            F.lit(None).cast("long").alias(STEP),
             F.lit(None).cast("long").alias(STREAM_BEFORE),
             F.greatest(STREAM_BEFORE, TS).alias(STREAM_AFTER),
         )
@@ -168,12 +183,15 @@ def _buffered(b: Batch, ups: DataFrame, stored: DataFrame, limit_ms: int, eager:
 
 
 def _size(p: Pipeline) -> Column:
-    """An entry's size: UTF-8 bytes of its value's string form (docs/design.md#buffer-bounds)."""
+    """An entry's size: UTF-8 bytes of its value's string form (docs/design.md#buffer-bounds);
+    a tombstone's value is null."""
     text = (
         F.col(p.aggregates[0].name).cast("string")
         if len(p.aggregates) == 1
         else F.to_json(F.struct(*[a.name for a in p.aggregates]))
     )
+    if isinstance(p.windows, SessionWindows):
+        text = F.when(~F.col(GONE), text)
     return F.coalesce(F.octet_length(text), F.lit(0)).cast("long").alias(SIZE)
 
 
@@ -182,12 +200,15 @@ def _key(p: Pipeline) -> Column:
     return F.concat_ws("\u0000", *[F.col(k).cast("string") for k in p.keys]).alias(ENTRY_KEY)
 
 
-def _updates(b: Batch, buffer_time: Column | None = None) -> DataFrame:
+def _updates(b: Batch, outcome: Outcome, buffer_time: Column | None = None) -> DataFrame:
     """One row per update: the entry it names, position, stream time before/after, update time
     (or ``buffer_time``), value and its size."""
     p = b.pipeline
     ident, carried = identity(p), _carried(p)
-    rows = _sliding_rows(b, p.windows) if isinstance(p.windows, SlidingWindows) else _time_rows(b)
+    if isinstance(p.windows, SessionWindows):
+        assert outcome.updates is not None  # a session plan gives its forwards to a buffer that needs them
+        return _session_updates(b, outcome.updates, buffer_time)
+    rows = outcome.updates if outcome.updates is not None else _time_rows(b)
     spec = (
         f"PARTITION BY {', '.join(quoted(c) for c in ident)} ORDER BY {ARRIVAL} ASC NULLS FIRST "
         "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
@@ -204,19 +225,48 @@ def _updates(b: Batch, buffer_time: Column | None = None) -> DataFrame:
         *[F.expr(x.over(spec)).alias(x.column) for a in p.aggregates for x in a.partials],
     )
     ups = running.filter(TOUCH)
-    if p.windows is not None:  # a record's updates go by window start; its first one advances stream
-        # time (and expires entries), so the later ones find the stream time after the record
-        first = F.row_number().over(Window.partitionBy(ARRIVAL).orderBy("window_start")) == 1
-        ups = ups.withColumn(STREAM_BEFORE, F.when(first, F.col(STREAM_BEFORE)).otherwise(F.col(STREAM_AFTER)))
-    return ups.select(*carried, ARRIVAL, STREAM_BEFORE, STREAM_AFTER, BUFFER_TIME, *finished(p)).select(
-        *carried,
-        F.col(ARRIVAL_POS).alias(POS),
-        STREAM_BEFORE,
+    step = F.lit(0)
+    if p.windows is not None:  # a record's updates go by window start
+        step = F.row_number().over(Window.partitionBy(ARRIVAL).orderBy("window_start")) - 1
+    ups = ups.select(*carried, F.col(ARRIVAL_POS).alias(POS), STREAM_BEFORE, STREAM_AFTER, BUFFER_TIME, *finished(p))
+    return _entries(p, ups.withColumn(STEP, step.cast("long")))
+
+
+def _session_updates(b: Batch, forwards: DataFrame, buffer_time: Column | None) -> DataFrame:
+    """Kafka's forwards of a session plan as updates: a session's update time is its end (as
+    Kafka stamps it), a tombstone's value null."""
+    p = b.pipeline
+    tombstone = F.col(GONE)
+    ups = forwards.select(
+        *identity(p),
+        POS,
+        STEP,
+        GONE,
+        (buffer_time if buffer_time is not None else F.col("window_end")).alias(BUFFER_TIME),
+        *[F.when(~tombstone, F.expr(a.finish)).alias(a.name) for a in p.aggregates],
+    ).join(
+        b.records.select(
+            F.col(ARRIVAL_POS).alias(POS), STREAM_BEFORE, F.greatest(STREAM_BEFORE, TS).alias(STREAM_AFTER)
+        ),
+        POS,
+    )
+    return _entries(p, ups)
+
+
+def _entries(p: Pipeline, ups: DataFrame) -> DataFrame:
+    """Updates as buffer entries: a record's first update advances stream time (and expires
+    entries), so its later ones find the stream time after the record."""
+    first = F.col(STEP) == 0
+    return ups.select(
+        *_carried(p),
+        POS,
+        STEP,
+        F.when(first, F.col(STREAM_BEFORE)).otherwise(F.col(STREAM_AFTER)).alias(STREAM_BEFORE),
         STREAM_AFTER,
         BUFFER_TIME,
         _size(p),
         _key(p),
-        *[a.name for a in p.aggregates],
+        *_values(p),
     )
 
 
@@ -226,7 +276,7 @@ def _time_rows(b: Batch) -> DataFrame:
     p = b.pipeline
     ident, carried = identity(p), _carried(p)
     recs = b.records.withColumn(STREAM_AFTER, F.greatest(STREAM_BEFORE, TS))
-    if isinstance(p.windows, TimeWindows):  # else a plain table (sliding windows keep records)
+    if isinstance(p.windows, TimeWindows):  # else a plain table (sliding windows' rows come from the plan)
         recs = (
             assign(recs, p.windows)
             .withColumn("window_start", F.explode(OPEN_STARTS))
@@ -255,66 +305,6 @@ def _time_rows(b: Batch) -> DataFrame:
     return per_record.unionByName(stored)
 
 
-def _sliding_rows(b: Batch, w: SlidingWindows) -> DataFrame:
-    """Sliding windows keep records, not partials: per window, a row for every record it holds
-    (kept ones first), and one for a record that creates it without being in it (its right
-    window, holding earlier records). A row is an update (``_touch``) when its record is new,
-    the window is open for it (docs/design.md#lateness) and exists by then (``_def``, the record that created
-    it, arrived no later), exactly the windows ``engine._sliding`` builds."""
-    p = b.pipeline
-    keys = list(p.keys)
-    every = recent_records(b, w).join(b.records.select(*keys).distinct(), keys, "left_semi")
-    rec = F.struct(ARRIVAL, TS, STREAM_BEFORE, NEW)  # ``ARRIVAL`` first: compares by arrival
-    left = F.greatest(F.col(TS) - w.size_ms, F.lit(0))
-    # per window: the first record whose left window it is, and the first one 1 ms before it
-    # (whose right window it is)
-    lefts = every.groupBy(*keys, left.alias("window_start")).agg(F.min(rec).alias("_left"))
-    rights = every.groupBy(*keys, (F.col(TS) + 1).alias("window_start")).agg(F.min(rec).alias("_right"))
-    windows = (
-        lefts.join(rights, [*keys, "window_start"], "full")
-        .withColumn("window_end", F.col("window_start") + w.size_ms)
-        .withColumn(CLOSE, w.close(F.col("window_end")))
-        .filter(F.col(CLOSE) > F.lit(b.stb))
-    )  # open for some record of the batch
-    on = [F.col(f"w.{k}") == F.col(f"r.{k}") for k in keys] + [
-        F.col(f"r.{TS}").between(F.col("w.window_start"), F.col("w.window_end"))
-    ]
-    held = (
-        windows.alias("w")
-        .join(every.alias("r"), on)
-        .select("w.*", *[F.col(f"r.{c}") for c in every.columns if c not in keys])
-    )
-    # a right window exists once its record and one inside it have arrived
-    first_in = F.min(rec).over(Window.partitionBy(*keys, "window_start"))
-    as_right = F.when(F.col("_right").isNotNull(), F.greatest("_right", "_first_in"))
-    held = (
-        held.withColumn("_first_in", first_in)
-        .withColumn("_def", F.least("_left", as_right))
-        .withColumn(STREAM_AFTER, F.greatest(STREAM_BEFORE, TS))
-    )
-    carried = [*keys, "window_start", "window_end"]
-    touch = F.col(NEW) & (F.col(CLOSE) > F.col(STREAM_BEFORE)) & (F.col(ARRIVAL) >= F.col(f"_def.{ARRIVAL}"))
-    members = (
-        held.withColumn(TOUCH, touch)
-        .groupBy(*carried, ARRIVAL, STREAM_BEFORE, STREAM_AFTER, TS, TOUCH)
-        .agg(*partials(p))
-    )
-    d = F.col("_def")
-    creator_outside = d[NEW] & (d[TS] < F.col("window_start")) & (F.col(CLOSE) > d[STREAM_BEFORE])
-    creations = held.filter((F.col(ARRIVAL) == F.col(f"_first_in.{ARRIVAL}")) & creator_outside)  # one per window
-    return members.unionByName(
-        creations.select(
-            *carried,
-            d[ARRIVAL].alias(ARRIVAL),
-            d[STREAM_BEFORE].alias(STREAM_BEFORE),
-            F.greatest(d[STREAM_BEFORE], d[TS]).alias(STREAM_AFTER),
-            F.lit(None).cast("long").alias(TS),
-            F.lit(True).alias(TOUCH),
-            *[F.lit(None).cast(members.schema[c].dataType).alias(c) for c in partial_names(p)],
-        )
-    )
-
-
 def _fold(
     carried: list[str],
     limit_ms: int,
@@ -327,7 +317,7 @@ def _fold(
     through one buffer for the whole group when ``eager``."""
 
     def entry_order(r: dict) -> tuple:
-        return r[ENTRY_KEY], r.get("window_start") or 0
+        return r[ENTRY_KEY], r.get("window_start") or 0, r.get("window_end") or 0
 
     def event(r: dict) -> eviction.Update | eviction.Tick:
         if r[KIND] == 2:
@@ -357,9 +347,7 @@ def _fold(
             )
             events = [
                 event(r)
-                for r in sorted(
-                    (r for r in rows if r[KIND] != 0), key=lambda r: (r[POS], r[KIND], r.get("window_start") or 0)
-                )
+                for r in sorted((r for r in rows if r[KIND] != 0), key=lambda r: (r[POS], r[KIND], r[STEP] or 0))
             ]
             out += [
                 (

@@ -65,7 +65,7 @@ from .steps import Steps
 
 log = logging.getLogger("framework.runtime")
 
-WRITE_POINTS = ("state", "records", "buffer", "output", "late_records", "ledger_commit", "publish")
+WRITE_POINTS = ("state", "buffer", "output", "late_records", "ledger_commit", "publish")
 ATTEMPTED = "_batch_id"  # in a staging folder: the batch its attempt runs
 
 
@@ -300,9 +300,6 @@ class BatchAttempt:
             "state": lambda: state.write_state(
                 spark, t.state, p, outcome, self._base("state"), self._tag("state"), sta, kept
             ),
-            "records": lambda: state.write_records(
-                spark, t.records, outcome, self._base("records"), self._tag("records"), self.s.bucket_ms
-            ),
             "buffer": lambda: state.write_buffer(
                 spark, state.buffer_path(t, p), outcome, self._base("buffer"), self._tag("buffer")
             ),
@@ -378,7 +375,6 @@ class BatchAttempt:
             stream_time_before=last.stream_time if last else None,
             stream_time=sta,
             state_version=versions["state"],
-            records_version=versions["records"],
             input_schema=inp.schema_json,
             definition=definition(self.p),
             at=dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),

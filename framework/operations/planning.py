@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame
 
 from ..definition.columns import TS
 from ..definition.pipeline import Pipeline
-from ..definition.windows import TimeWindows
+from ..definition.windows import SlidingWindows
 from ..errors import BufferFullError
 from ..execution import engine, ratelimit
 from ..execution.sources import BatchInput
@@ -60,6 +60,8 @@ class Kept:
 def definition(p: Pipeline) -> str:
     """The parts of a pipeline that state depends on; changing them needs a new pipeline."""
     w = p.windows.describe() if p.windows is not None else "none"
+    if isinstance(p.windows, SlidingWindows):  # state holds Kafka's windows (earlier versions kept records)
+        w += " holding windows"
     return f"keys={list(p.keys)}; windows={w}; aggregates={[a.describe() for a in p.aggregates]}"
 
 
@@ -87,9 +89,7 @@ def plan(
             return None
         return tables.read(s.spark, path, writes.same_rows(s.spark, path, version))
 
-    batch = engine.Batch(
-        p, seq, records, stb, sta, as_of("state"), as_of("records"), s.bucket_ms, as_of("buffer"), cache=kept
-    )
+    batch = engine.Batch(p, seq, records, stb, sta, as_of("state"), s.bucket_ms, as_of("buffer"), cache=kept)
     outcome = engine.plan(batch)
     if p.rate_limited:
         outcome = ratelimit.limit(batch, outcome)
@@ -116,7 +116,7 @@ def plan(
         return outcome.open_windows.count()
 
     buffered = outcome.limited.stats() if outcome.limited is not None else None
-    check_buffer(steps.where, p, batch, open_now, buffered)
+    check_buffer(steps.where, p, batch, outcome, open_now, buffered)
     return Plan(outcome, sta, counts, closed, emitted, open_now, buffered)
 
 
@@ -135,17 +135,24 @@ def _with_stream_time(
     return records, sta
 
 
-def check_buffer(where: str, p: Pipeline, batch: engine.Batch, held: Callable[[], int], buffered: dict | None) -> None:
+def check_buffer(
+    where: str,
+    p: Pipeline,
+    batch: engine.Batch,
+    outcome: engine.Outcome,
+    held: Callable[[], int],
+    buffered: dict | None,
+) -> None:
     """Strict bounded buffers (``shut_down_when_full``) stop the batch before anything is
     written when the buffer would exceed a bound after any record (its largest size in the
     batch): a rate-limiting buffer holds updated keys, a final-results one the open windows
-    (after the batch only for sliding and session windows, whose buffer is not modelled)."""
+    (after the batch only for lateness="batch", whose buffer is not modelled)."""
     buf = p.suppression.buffer if p.suppression is not None else None
     if buf is None or getattr(buf, "when_full", None) != "shut_down":
         return
     what = "entries" if p.rate_limited else "windows"
-    if buffered is None and isinstance(p.windows, TimeWindows) and p.lateness == "record":
-        buffered = ratelimit.held_until_close(batch)
+    if buffered is None and p.windows is not None and p.lateness == "record":
+        buffered = ratelimit.held_until_close(batch, outcome)
     if buffered is not None:
         count, size = buffered["count_max"], buffered["size_max"]
     else:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..definition.pipeline import Pipeline
-from ..definition.windows import SlidingWindows
 from ..execution.streamtime import to_datetime
 from ..storage.tables import Tables
 
@@ -20,10 +19,13 @@ if TYPE_CHECKING:
 def table_paths(p: Pipeline, warehouse: str) -> list[tuple[str, str]]:
     """(label, path) of each Delta table of ``p`` under ``warehouse``, as the runtime lays them out."""
     t = Tables(f"{warehouse.rstrip('/')}/{p.name}", p.sink or "output")
-    paths = [("results", t.output), ("ledger", t.ledger), ("window state", t.state)]
-    if isinstance(p.windows, SlidingWindows):
-        paths.append(("records", t.records))
-    return paths + [("late records", t.late), ("metrics", t.metrics)]
+    return [
+        ("results", t.output),
+        ("ledger", t.ledger),
+        ("window state", t.state),
+        ("late records", t.late),
+        ("metrics", t.metrics),
+    ]
 
 
 def _time(ms: int | None) -> str:

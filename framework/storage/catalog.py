@@ -19,7 +19,6 @@ from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
 
-from ..definition.windows import SlidingWindows
 from ..errors import FrameworkError
 from . import files, tables
 
@@ -50,8 +49,6 @@ def table_names(p: Pipeline, layout: tables.Tables) -> list[tuple[str, str]]:
         (f"{p.name}_late_records", layout.late),
         (f"{p.name}_metrics", layout.metrics),
     ]
-    if isinstance(p.windows, SlidingWindows):
-        named.append((f"{p.name}_records", layout.records))
     if p.rate_limited:
         named.append(
             (f"{p.name}_{os.path.basename(layout.buffer(p.suppression.name))}", layout.buffer(p.suppression.name))

@@ -50,7 +50,7 @@ class LedgerRow:
     stream_time_before: int | None = None
     stream_time: int | None = None
     state_version: int | None = None
-    records_version: int | None = None
+    records_version: int | None = None  # legacy: sliding windows' kept records, before they held windows
     output_version: int | None = None  # legacy: the sink's version after a batch that published before committing
     input_schema: str | None = None
     definition: str | None = None
@@ -68,7 +68,7 @@ class LedgerRow:
         return cls(**fields)
 
     def version(self, table: str) -> int | None:
-        """The version of state table ``table`` (``state``, ``records``, ``buffer``) this batch left."""
+        """The version of state table ``table`` (``state``, ``buffer``) this batch left."""
         return getattr(self, f"{table}_version")
 
     def recorded_metrics(self) -> dict | None:

@@ -17,7 +17,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ..definition.columns import EMITTED_AT, GONE
+from ..definition.names import TOMBSTONE
 from ..definition.pipeline import Pipeline
+from ..definition.windows import SessionWindows
 from . import tables, writes
 
 EMITTED = ["emitted_batch_id", "emitted_stream_time"]
@@ -45,8 +47,13 @@ def shape(p: Pipeline, results: DataFrame, batch_id: str, stream_time: int | Non
 
 
 def staged(p: Pipeline, rows: DataFrame) -> DataFrame:
-    """What a batch stages for its sink: the rows, with ``_gone`` only for a MERGEd sink."""
-    return rows.drop(GONE) if p.suppression is not None else rows
+    """What a batch stages for its sink: the rows, with ``_gone`` for a MERGEd sink, or as
+    ``tombstone`` in a rate-limited log of sessions (a merge or extension replaced that session)."""
+    if p.suppression is None:
+        return rows
+    if p.rate_limited and isinstance(p.windows, SessionWindows):
+        return rows.withColumnRenamed(GONE, TOMBSTONE)
+    return rows.drop(GONE)
 
 
 def publish(p: Pipeline, rows: DataFrame, path: str, seq: int, tag: str, tombstones: bool = False) -> None:

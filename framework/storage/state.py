@@ -1,5 +1,5 @@
-"""Writing a batch's state tables: window state and kept records MERGEd, the rate-limiting
-buffer replaced.
+"""Writing a batch's state tables: window state MERGEd (or rewritten where due), the
+rate-limiting buffer replaced.
 
 Each write is ``writes.advance``: from the version the last committed batch recorded, undoing
 first whatever an attempt that never committed left there, and tagged, so a re-run finds it
@@ -13,15 +13,15 @@ from typing import Callable
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
 
-from ..definition.columns import ARRIVAL, BUCKET, CLOSE, GONE, TIME_BUCKET, TS
+from ..definition.columns import BUCKET, CLOSE, GONE
 from ..definition.pipeline import Pipeline
+from ..definition.windows import SlidingWindows
 from ..execution import engine
 from ..execution.streamtime import NO_TIME
 from . import tables, writes
 
-TABLES = ("state", "records", "buffer")  # the state tables; the ledger records ``<name>_version`` of each
+TABLES = ("state", "buffer")  # the state tables; the ledger records ``<name>_version`` of each
 
 
 def buffer_path(t: tables.Tables, p: Pipeline) -> str | None:
@@ -45,7 +45,8 @@ def write_state(
     cache: Callable[[DataFrame], DataFrame],
 ) -> int | None:
     """Window state: rewritten where the plan replaces it, else its changes MERGEd by window
-    identity (gone and closed windows deleted)."""
+    identity (gone and closed windows deleted; sliding windows are held after they close, until
+    the plan marks them gone, as later records find their previous record through them)."""
     if outcome.state_rewrite is not None:
         rows, replaced = outcome.state_rewrite
         tables.create(spark, path, rows.schema, partition_by=BUCKET)
@@ -56,7 +57,7 @@ def write_state(
     columns = [c for c in changes.columns if c != GONE]
     tables.create(spark, path, changes.select(*columns).schema, partition_by=BUCKET)
     on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in p.identity)
-    due = f"s.{CLOSE} <= {sta if sta is not None else NO_TIME}"
+    due = "false" if isinstance(p.windows, SlidingWindows) else f"s.{CLOSE} <= {sta if sta is not None else NO_TIME}"
     values: dict[str, str | Column] = {f"`{c}`": f"s.`{c}`" for c in columns}
     return writes.advance(
         spark,
@@ -78,30 +79,6 @@ def write_state(
             ),
         ),
     )
-
-
-def write_records(
-    spark: SparkSession, path: str, outcome: engine.Outcome, base: int | None, tag: str, bucket_ms: int
-) -> int | None:
-    """Sliding windows' kept records: the batch's new ones inserted, those past the cutoff deleted."""
-    if outcome.new_records is None:
-        return base
-    new = outcome.new_records.withColumn(TIME_BUCKET, F.floor(F.col(TS) / bucket_ms).cast("long"))
-    tables.create(spark, path, new.schema, partition_by=TIME_BUCKET)
-    values: dict[str, str | Column] = {f"`{c}`": f"s.`{c}`" for c in new.columns}
-
-    def merge() -> None:
-        builder = (
-            DeltaTable.forPath(spark, path)
-            .alias("t")
-            .merge(new.alias("s"), f"t.{ARRIVAL} = s.{ARRIVAL}")
-            .whenNotMatchedInsert(values=values)
-        )
-        if outcome.records_cutoff is not None:
-            builder = builder.whenNotMatchedBySourceDelete(f"t.{TS} < {outcome.records_cutoff}")
-        writes.tagged(spark, path, tag, builder.execute)
-
-    return writes.advance(spark, path, base, tag, merge)
 
 
 def write_buffer(

@@ -3,9 +3,9 @@
 Per pipeline, under ``<warehouse>/<pipeline>/`` (see ``docs/design.md#state-tables``):
 
 - ``_ledger``      one *committed* row per batch: the commit point (``framework.storage.ledger``)
-- ``window_state`` open windows / sessions with their partial aggregates, partitioned by
+- ``window_state`` open windows / sessions with their partial aggregates (and, for sliding
+                   windows, the closed ones a later record may still read), partitioned by
                    ``_bucket`` (close-time bucket): closing reads only the buckets due
-- ``records``      sliding windows only: recent records, partitioned by ``_tbucket``
 - ``buffer_<name>`` ``until_time_limit`` only: the suppression buffer (one row per buffered key
                    and window), named by ``Suppressed.with_name`` (default ``suppress``)
 - ``<sink>``       the results table (final results, or a continuously updated table)
@@ -45,10 +45,6 @@ class Tables:
     @property
     def state(self) -> str:
         return os.path.join(self.root, "window_state")
-
-    @property
-    def records(self) -> str:
-        return os.path.join(self.root, "records")
 
     def buffer(self, name: str | None) -> str:
         """The rate-limiting buffer of suppression ``name`` (unnamed: ``suppress``)."""

@@ -4,7 +4,16 @@
 import pytest
 from harness import unsunk
 
-from framework import BufferConfig, DefinitionError, Pipeline, SlidingWindows, Suppressed, TimeWindows, agg
+from framework import (
+    BufferConfig,
+    DefinitionError,
+    Pipeline,
+    SessionWindows,
+    SlidingWindows,
+    Suppressed,
+    TimeWindows,
+    agg,
+)
 
 
 @pytest.mark.parametrize(
@@ -150,12 +159,19 @@ def test_names_near_reserved_ones_are_accepted(build):
     build()
 
 
-def test_byte_bounds_for_final_results_need_time_windows():
-    with pytest.raises(DefinitionError, match="max_bytes bound on until_window_closes.*TimeWindows"):
+def test_byte_bounds_for_final_results_are_checked_after_every_record_so_need_record_lateness():
+    bounded = Suppressed.until_window_closes(BufferConfig.max_bytes(100).shut_down_when_full())
+    for windows in (
+        TimeWindows.of_size_and_grace(10, 0),
+        SlidingWindows.of_time_difference_and_grace(10, 0),
+        SessionWindows.of_inactivity_gap_and_grace(10, 0),
+    ):
+        Pipeline("bounded", timestamp="ts").group_by("k").windowed_by(windows).aggregate(agg.count()).suppress(bounded)
+    with pytest.raises(DefinitionError, match="max_bytes bound on until_window_closes.*needs lateness='record'"):
         (
-            Pipeline("bounded", timestamp="ts", arrival="seq")
+            Pipeline("bounded", timestamp="ts", arrival="seq", lateness="batch")
             .group_by("k")
-            .windowed_by(SlidingWindows.of_time_difference_and_grace(10, 0))
+            .windowed_by(SessionWindows.of_inactivity_gap_and_grace(10, 0))
             .aggregate(agg.count("n"))
             .suppress(Suppressed.until_window_closes(BufferConfig.max_bytes(100).shut_down_when_full()))
         )

@@ -14,7 +14,7 @@ def test_each_window_type_closes_by_its_own_rule():
     assert hopping.close(20) == 23 and hopping.close_offset_ms() == 13
     # sliding windows end inclusively: end + 1 + grace; a record is late once the window starting at it closed
     sliding = SlidingWindows.of_time_difference_and_grace(10, 3)
-    assert sliding.close(20) == 24 and sliding.last_close(5) == 19 and sliding.retention_ms() == 15
+    assert sliding.close(20) == 24 and sliding.last_close(5) == 19 and sliding.held_ms() == 33
     # sessions may still be extended within the gap: end + 1 + gap + grace
     assert SessionWindows.of_inactivity_gap_and_grace(5, 3).close(20) == 29
 
