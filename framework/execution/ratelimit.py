@@ -227,7 +227,7 @@ def _updates(b: Batch, outcome: Outcome, buffer_time: Column | None = None) -> D
     ups = running.filter(TOUCH)
     step = F.lit(0)
     if p.windows is not None:  # a record's updates go by window start
-        step = F.row_number().over(Window.partitionBy(ARRIVAL).orderBy("window_start")) - 1
+        step = F.row_number().over(Window.partitionBy(POS).orderBy("window_start")) - 1
     ups = ups.select(*carried, F.col(ARRIVAL_POS).alias(POS), STREAM_BEFORE, STREAM_AFTER, BUFFER_TIME, *finished(p))
     return _entries(p, ups.withColumn(STEP, step.cast("long")))
 

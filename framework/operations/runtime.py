@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from ..definition.pipeline import Pipeline
 from ..errors import FrameworkError
 from ..storage import catalog as tables_catalog
-from ..storage import compaction, ledger, tables
+from ..storage import compaction, ledger, state, tables
 from .attempt import BatchAttempt, BatchResult, cause, result_of
 from .replay import ReplayBatch, ReplayResult, replay
 from .settings import Settings
@@ -143,21 +143,22 @@ class Runtime:
         self.register(p)  # a catalog name taken by another table stops the batch before it runs
         result = attempt.run(input_df, batch_end)
         if result.status == ledger.Status.COMMITTED.value:
-            self._compact(p, result.batch_id, compaction.due(self.tables(p), result.seq))
+            self._maintain(p, result.batch_id, result.seq)
         self.register(p)
         return result
 
-    def _compact(self, p: Pipeline, batch_id: str, paths: tuple[str, ...]) -> None:
-        """Compact the bookkeeping tables ``paths`` of ``p`` that are due (``storage.compaction``);
-        the batch stays committed whatever happens here."""
-        if not paths:
-            return
+    def _maintain(self, p: Pipeline, batch_id: str, seq: int) -> None:
+        """Compact the bookkeeping tables and checkpoint the table whose turn it is
+        (``storage.compaction``); the batch stays committed whatever happens here."""
+        t = self.tables(p)
+        owned = (t.ledger, t.state, t.output, t.metrics, t.late, *filter(None, [state.buffer_path(t, p)]))
         try:
-            compaction.compact(self.spark, paths)
+            compaction.compact(self.spark, compaction.due(t, seq))
+            compaction.checkpoint(self.spark, compaction.checkpoint_due(owned, seq))
         except (Py4JJavaError, PySparkException) as e:
             log.warning(
-                "pipeline %r, batch %r: compacting the bookkeeping tables failed (the batch is committed; a later "
-                "batch compacts them): %s",
+                "pipeline %r, batch %r: compacting or checkpointing its tables failed (the batch is committed; a later "
+                "batch does it): %s",
                 p.name,
                 batch_id,
                 cause(e),
