@@ -58,12 +58,13 @@ from .plan import Batch, Limited, Outcome, buffer_stats, finished, merges, parti
 # Columns of the fold, in this module only. In: an event's kind (stored entry 0, update 1, tick 2),
 # whether a row is an update (TOUCH), the group folded together. Out (CHANGES): what happened
 # (put, emit, keep) at which position, the stream time then, the threshold an entry left at (when
-# a per-key fold cannot place it) and the update holding its value (REF), and the entry.
+# a per-key fold cannot place it), the update holding its value (REF, its position, and REF_STEP,
+# its step there), and the entry.
 KIND, GROUP = "_kind", "_g"
-WHAT, STREAM_TIME, THRESHOLD, REF = "_what", "_st", "_thr", "_ref"
+WHAT, STREAM_TIME, THRESHOLD, REF, REF_STEP = "_what", "_st", "_thr", "_ref", "_ref_step"
 CHANGES = (
-    f"{WHAT} string, {POS} long, {STREAM_TIME} long, {THRESHOLD} long, {REF} long, {BUFFER_TIME} long, "
-    f"{SIZE} long, {ENTRY_KEY} string, {COUNT_CHANGE} long, {BYTES_CHANGE} long"
+    f"{WHAT} string, {POS} long, {STREAM_TIME} long, {THRESHOLD} long, {REF} long, {REF_STEP} long, "
+    f"{BUFFER_TIME} long, {SIZE} long, {ENTRY_KEY} string, {COUNT_CHANGE} long, {BYTES_CHANGE} long"
 )
 
 
@@ -330,7 +331,7 @@ def _fold(
             int(r[STREAM_AFTER]),
             int(r[BUFFER_TIME]),
             int(r[SIZE]),
-            int(r[POS]),
+            (int(r[POS]), int(r[STEP])),
         )
 
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
@@ -356,7 +357,7 @@ def _fold(
                     c.pos,
                     c.stream_time,
                     c.threshold,
-                    c.entry.ref,
+                    *(c.entry.ref or (None, None)),
                     c.entry.time,
                     c.entry.size,
                     c.entry.order[0],
@@ -374,6 +375,7 @@ def _fold(
                 STREAM_TIME,
                 THRESHOLD,
                 REF,
+                REF_STEP,
                 BUFFER_TIME,
                 SIZE,
                 ENTRY_KEY,
@@ -423,7 +425,7 @@ def _with_values(rows: DataFrame, ups: DataFrame, stored: DataFrame, ident: list
     """``rows`` (one per entry) with the entry's value: that of the update ``_ref``, or the
     stored one (``_ref`` null: not updated in this batch)."""
     from_update = rows.filter(F.col(REF).isNotNull()).join(
-        ups.select(*ident, F.col(POS).alias(REF), *values), [*ident, REF]
+        ups.select(*ident, F.col(POS).alias(REF), F.col(STEP).alias(REF_STEP), *values), [*ident, REF, REF_STEP]
     )
     from_store = rows.filter(F.col(REF).isNull()).join(stored.select(*ident, *values), ident)
     return from_update.unionByName(from_store)
