@@ -58,7 +58,7 @@ def slots_and_emits(limit, buffer, records):
     for offset, (key, value, ts) in enumerate(records):
         before, st = (st if st is not None else -(2**63)), ts if st is None else max(st, ts)
         values[offset] = value
-        for c in buf.process(eviction.Update((key,), (key,), offset, before, st, ts, len(value), offset)):
+        for c in buf.process(eviction.Update((key,), (key,), offset, before, st, ts, len(value), (offset, 0))):
             if c.kind == "emit":
                 emits.append((c.entry.ident[0], values[c.entry.ref], offset))
         slots.append(

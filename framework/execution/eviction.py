@@ -29,7 +29,7 @@ class Entry:
     order: tuple
     time: int
     size: int
-    ref: object = None
+    ref: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class Update:
     after: int
     time: int
     size: int
-    ref: object
+    ref: tuple
 
 
 @dataclass(frozen=True)
