@@ -57,7 +57,7 @@ def slots_and_emits(limit, buffer, records):
     values, st, slots, emits = {}, None, [], []
     for offset, (key, value, ts) in enumerate(records):
         before, st = (st if st is not None else -(2**63)), ts if st is None else max(st, ts)
-        values[offset] = value
+        values[(offset, 0)] = value
         for c in buf.process(eviction.Update((key,), (key,), offset, before, st, ts, len(value), (offset, 0))):
             if c.kind == "emit":
                 emits.append((c.entry.ident[0], values[c.entry.ref], offset))
