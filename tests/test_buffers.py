@@ -91,3 +91,11 @@ def test_byte_and_record_bounds_match_the_reference_buffer_after_every_record(sp
         fits = BufferConfig.max_bytes(most_bytes).with_max_records(max(n for n, _ in peaks)).shut_down_when_full()
         assert rt.run_batch(pipeline(fits, windows), f"b{i}", frame(spark, batch, seq)).status == "committed"
         seq += len(batch)
+
+
+def test_a_strict_buffer_without_bounds_never_stops_a_batch(spark, warehouse):
+    """``unbounded().shut_down_when_full()`` has nothing to exceed: no per-record check runs."""
+    rt = Runtime(spark, warehouse, quality=False)
+    p = pipeline(BufferConfig.unbounded().shut_down_when_full(), SessionWindows.of_inactivity_gap_and_grace(3, 0))
+    assert rt.run_batch(p, "b0", frame(spark, [("A", 1, 1), ("A", 3, 1), ("B", 9, 1)])).status == "committed"
+    assert [(r["k"], r["window_start"], r["n"]) for r in results(rt, p)] == [("A", 1, 2)]

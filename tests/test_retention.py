@@ -7,7 +7,7 @@ from delta.tables import DeltaTable
 from harness import frame, in_parallel, run_stream
 
 from framework import BufferConfig, Pipeline, Runtime, SlidingWindows, Suppressed, TimeWindows, agg
-from framework.storage import compaction, tables
+from framework.storage import compaction
 
 BATCHES = 5
 
@@ -129,6 +129,6 @@ def test_tables_are_checkpointed_in_turns_not_all_in_one_batch(spark, warehouse,
     assert all(len(paths) <= 1 for paths in done) and len(done) == 10
     for path in (t.ledger, t.state, t.output, t.metrics, t.late):
         interval = DeltaTable.forPath(spark, path).detail().first().properties["delta.checkpointInterval"]
-        assert interval == str(tables.CHECKPOINT_INTERVAL)
+        assert interval == str(compaction.CHECKPOINT_INTERVAL)
         assert sum(paths == [path] for paths in done) == 2, path
         assert list(Path(path, "_delta_log").glob("*.checkpoint.parquet")), path

@@ -6,8 +6,8 @@ time; for a window, the largest event time in it so far, as Kafka stamps it) and
 The value after each update is a running merge, a window function per key (and window), so it
 runs in parallel: of the stored partials and the batch's per-record partials (plain tables,
 time windows), or of the stored window a sliding window starts from and the records it holds
-(``Outcome.updates``). Session windows are not supported: a merge would need tombstones for the
-merged sessions.
+(``Outcome.updates``); on session windows each update's value is merged from the members the
+session holds then, and a merge or extension also puts a tombstone for each session it replaced.
 
 The same fold measures ``until_window_closes``'s buffer for strict bounds on time and sliding
 windows (``held_until_close``): there every open window is an entry, leaving when it closes.

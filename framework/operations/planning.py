@@ -150,6 +150,8 @@ def check_buffer(
     buf = p.suppression.buffer if p.suppression is not None else None
     if buf is None or getattr(buf, "when_full", None) != "shut_down":
         return
+    if buf.record_limit is None and buf.byte_limit is None:  # nothing to exceed
+        return
     what = "entries" if p.rate_limited else "windows"
     if buffered is None and p.windows is not None and p.lateness == "record":
         buffered = ratelimit.held_until_close(batch, outcome)

@@ -17,8 +17,9 @@ Checkpoints likewise: Delta checkpoints a table's log inside the commit that rea
 ``delta.checkpointInterval`` (10 by default), and a pipeline's tables take one commit each per
 batch, so they all checkpointed in the same batch (every 10th batch of ``bench/retention.py``
 took 3.1 to 3.5 s against a median of 2.2 s). Tables the framework creates get an interval Delta
-never reaches in practice (``tables.CHECKPOINT_INTERVAL``), and the batch checkpoints its tables in
-turns instead: each every ``CHECKPOINT_EVERY`` batches, at most one per batch.
+never reaches in practice (``CHECKPOINT_INTERVAL``, set in a table's first turn, a maintenance
+commit like ``OPTIMIZE``), and the batch checkpoints its tables in turns instead: each every
+``CHECKPOINT_EVERY`` batches, at most one per batch.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ log = logging.getLogger("framework.compaction")
 
 EVERY = 50  # batches between compactions of a pipeline's bookkeeping tables
 CHECKPOINT_EVERY = 10  # batches between checkpoints of one of a pipeline's tables
+CHECKPOINT_INTERVAL = 1_000_000  # Delta's own checkpoint interval on a pipeline's tables
+INTERVAL = "delta.checkpointInterval"
 
 
 def bookkeeping(t: tables.Tables) -> tuple[str, ...]:
@@ -57,13 +60,21 @@ def checkpoint_due(paths: tuple[str, ...], seq: int) -> tuple[str, ...]:
 
 
 def checkpoint(spark: SparkSession, paths: tuple[str, ...]) -> list[str]:
-    """Write a checkpoint of each existing table of ``paths`` at its latest version; the ones
-    checkpointed. (Delta's Python API has no call for it; its JVM ``DeltaLog`` has.)"""
+    """Write a checkpoint of each existing table of ``paths`` at its latest version, first
+    setting its interval out of Delta's reach; the ones checkpointed. (Delta's Python API has no
+    call for a checkpoint; its JVM ``DeltaLog`` has.)"""
     done = []
     for path in paths:
-        if tables.exists(spark, path):
-            spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).checkpoint()
-            done.append(path)
+        if not tables.exists(spark, path):
+            continue
+        if DeltaTable.forPath(spark, path).detail().first().properties.get(INTERVAL) != str(CHECKPOINT_INTERVAL):
+            with locks.committing(path):
+                spark.sql(
+                    f"ALTER TABLE delta.`{path.replace('`', '``')}` "
+                    f"SET TBLPROPERTIES ('{INTERVAL}' = '{CHECKPOINT_INTERVAL}')"
+                )
+        spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).checkpoint()
+        done.append(path)
     return done
 
 

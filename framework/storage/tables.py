@@ -29,9 +29,6 @@ from pyspark.sql.types import StructType
 from .locks import committing, conf_guard
 
 CREATE_WAIT_S = 30.0  # how long a runner waits for another runner's creation of a table to land
-# Delta's own checkpoint interval: never reached in practice, as the framework checkpoints its
-# tables in turns (``compaction``), so no batch pays for all of them at once
-CHECKPOINT_INTERVAL = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -136,12 +133,7 @@ def create(spark: SparkSession, path: str, schema: StructType | str, partition_b
         return
     if isinstance(schema, str):
         schema = spark.createDataFrame([], schema).schema
-    builder = (
-        DeltaTable.createIfNotExists(spark)
-        .location(path)
-        .addColumns(_nullable(schema))
-        .property("delta.checkpointInterval", str(CHECKPOINT_INTERVAL))
-    )
+    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(_nullable(schema))
     if partition_by:
         builder = builder.partitionedBy(partition_by)
     try:
