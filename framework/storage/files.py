@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from pyspark.sql import DataFrame, SparkSession
 
 from .tables import exists, read
@@ -16,13 +18,19 @@ def fs_path(spark: SparkSession, path: str):
 
 
 def put_text(spark: SparkSession, path: str, text: str) -> None:
-    """Write a small file (local disk, HDFS or an object store)."""
+    """Write a small file (local disk, HDFS or an object store), whole: it is written beside
+    and renamed into place, so a reader never finds it created but still empty (a runner racing
+    another attempt of the same batch read its batch id as '')."""
     fs, hadoop_path = fs_path(spark, path)
-    out = fs.create(hadoop_path, True)
+    written, _ = fs_path(spark, f"{path}.{uuid.uuid4().hex}.tmp")
+    out = fs.create(written, True)
     try:
         out.write(bytearray(text.encode("utf-8")))
     finally:
         out.close()
+    fs.delete(hadoop_path, False)
+    if not fs.rename(written, hadoop_path):
+        raise OSError(f"could not move {written} to {path}")
 
 
 def get_text(spark: SparkSession, path: str) -> str | None:
