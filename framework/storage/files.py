@@ -22,7 +22,7 @@ def put_text(spark: SparkSession, path: str, text: str) -> None:
     and renamed into place, so a reader never finds it created but still empty (a runner racing
     another attempt of the same batch read its batch id as '')."""
     fs, hadoop_path = fs_path(spark, path)
-    written, _ = fs_path(spark, f"{path}.{uuid.uuid4().hex}.tmp")
+    _, written = fs_path(spark, f"{path}.{uuid.uuid4().hex}.tmp")
     out = fs.create(written, True)
     try:
         out.write(bytearray(text.encode("utf-8")))
