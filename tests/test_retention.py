@@ -1,8 +1,6 @@
 """Retention: window state holds open windows only. A closed window's partial rows leave the
 state table in the batch that emits it, so state does not grow with the number of batches."""
 
-from pathlib import Path
-
 from delta.tables import DeltaTable
 from harness import frame, in_parallel, run_stream
 
@@ -114,21 +112,3 @@ def test_bookkeeping_tables_compact_themselves_and_keep_every_row(spark, tmp_pat
     for runtime in (rt, plain):
         run_stream(runtime, p, [next_batch], ids=["b0007"])
     assert _rows(rt, p)[:3] == _rows(plain, p)[:3]
-
-
-def test_tables_are_checkpointed_in_turns_not_all_in_one_batch(spark, warehouse, monkeypatch):
-    """Delta's own checkpoints are left out (an interval no table reaches), and each batch
-    checkpoints at most one of the pipeline's tables, each in its turn."""
-    monkeypatch.setattr(compaction, "CHECKPOINT_EVERY", 5)
-    done = []
-    real = compaction.checkpoint
-    monkeypatch.setattr(compaction, "checkpoint", lambda spark, paths: done.append(real(spark, paths)))
-    rt, p = Runtime(spark, warehouse, quality=False), _pipeline("turns", TimeWindows.of_size_and_grace(10, 2))
-    run_stream(rt, p, [[("A", 10 * i + 1, 1), ("B", 10 * i + 2, 1), ("A", 0, 1)] for i in range(2, 12)])  # 0 is late
-    t = rt.tables(p)
-    assert all(len(paths) <= 1 for paths in done) and len(done) == 10
-    for path in (t.ledger, t.state, t.output, t.metrics, t.late):
-        interval = DeltaTable.forPath(spark, path).detail().first().properties["delta.checkpointInterval"]
-        assert interval == str(compaction.CHECKPOINT_INTERVAL)
-        assert sum(paths == [path] for paths in done) == 2, path
-        assert list(Path(path, "_delta_log").glob("*.checkpoint.parquet")), path

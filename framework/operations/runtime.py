@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from ..definition.pipeline import Pipeline
 from ..errors import FrameworkError
 from ..storage import catalog as tables_catalog
-from ..storage import compaction, ledger, state, tables
+from ..storage import compaction, ledger, tables
 from .attempt import BatchAttempt, BatchResult, cause, result_of
 from .replay import ReplayBatch, ReplayResult, replay
 from .settings import Settings
@@ -148,17 +148,14 @@ class Runtime:
         return result
 
     def _maintain(self, p: Pipeline, batch_id: str, seq: int) -> None:
-        """Compact the bookkeeping tables and checkpoint the table whose turn it is
-        (``storage.compaction``); the batch stays committed whatever happens here."""
-        t = self.tables(p)
-        owned = (t.ledger, t.state, t.output, t.metrics, t.late, *filter(None, [state.buffer_path(t, p)]))
+        """Compact the bookkeeping tables that are due (``storage.compaction``); the batch stays
+        committed whatever happens here."""
         try:
-            compaction.compact(self.spark, compaction.due(t, seq))
-            compaction.checkpoint(self.spark, compaction.checkpoint_due(owned, seq))
+            compaction.compact(self.spark, compaction.due(self.tables(p), seq))
         except (Py4JJavaError, PySparkException) as e:
             log.warning(
-                "pipeline %r, batch %r: compacting or checkpointing its tables failed (the batch is committed; a later "
-                "batch does it): %s",
+                "pipeline %r, batch %r: compacting the bookkeeping tables failed (the batch is committed; a later "
+                "batch compacts them): %s",
                 p.name,
                 batch_id,
                 cause(e),
