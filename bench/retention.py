@@ -4,11 +4,13 @@ number of batches it has run? (issue: no unbounded growth across 1,000 batches)
     .venv/bin/python bench/retention.py --batches 1000
 
 Each batch brings ``--keys`` records, one per key, one window size later in event time than the
-last, so every batch opens a window per key and closes the previous batch's. After every batch
-it records the open windows the batch reported, the rows and live files of window state, the
-Delta log's commit files, the live files of the ledger and metrics tables (compacted every
-``framework.storage.compaction.EVERY`` batches) and the batch's seconds, as JSON lines
-(``--out``), and prints a progress line every 10 batches. Nothing is asserted; ``tests/test_retention.py`` checks the
+last, so every batch opens a window per key and closes the previous batch's, and one late
+record. After every batch it records the open windows the batch reported, the rows and live
+files of window state, the Delta log's commit files, the live files of the ledger, metrics and
+late-records tables (compacted every ``framework.storage.compaction.EVERY`` batches) and of the
+results table, the tables Delta checkpointed in the batch, and the batch's seconds, as JSON
+lines (``--out``); it prints a progress line every 10 batches, and at the end the median batch
+time of batches 100-199 and of the last 100. Nothing is asserted; ``tests/test_retention.py`` checks the
 invariant (state rows = open windows) on a few batches.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -47,13 +50,16 @@ def main() -> None:
     tables = rt.tables(p)
     state = tables.state
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    seconds_of: list[float] = []
     with args.out.open("w") as out:
         for i in range(args.batches):
-            rows = spark.range(args.keys).select(
-                (F.col("id") + i * args.keys).alias("seq"),
+            rows = spark.range(args.keys + 1).select(
+                (F.col("id") + i * (args.keys + 1)).alias("seq"),
                 F.col("id").cast("string").alias("k"),
-                F.timestamp_millis(F.lit(i * SIZE_MS + 1)).alias("ts"),
+                # the last record is late (event time 0) from the third batch on
+                F.timestamp_millis(F.when(F.col("id") < args.keys, F.lit(i * SIZE_MS + 1)).otherwise(0)).alias("ts"),
             )
+            before = _checkpoints(tables)
             start = time.monotonic()
             result = rt.run_batch(p, f"b{i:06d}", rows)
             seconds = time.monotonic() - start
@@ -69,13 +75,36 @@ def main() -> None:
                 "state_commits": len(list(Path(state, "_delta_log").glob("*.json"))),
                 **{
                     f"{name}_files": DeltaTable.forPath(spark, path).detail().first().numFiles
-                    for name, path in (("ledger", tables.ledger), ("metrics", tables.metrics))
+                    for name, path in _named(tables).items()
+                    if path != state and DeltaTable.isDeltaTable(spark, path)
                 },
+                "checkpointed": sorted(name for name, n in _checkpoints(tables).items() if n > before.get(name, 0)),
             }
+            seconds_of.append(seconds)
             out.write(json.dumps(line) + "\n")
             out.flush()
             if i % 10 == 0 or i == args.batches - 1:
                 print(json.dumps(line), flush=True)
+    if len(seconds_of) >= 300:
+        early, late = statistics.median(seconds_of[100:200]), statistics.median(seconds_of[-100:])
+        print(f"median batch: batches 100-199 {early:.2f} s, last 100 {late:.2f} s ({late / early - 1:+.1%})")
+
+
+def _named(tables) -> dict[str, str]:
+    return {
+        "state": tables.state,
+        "ledger": tables.ledger,
+        "metrics": tables.metrics,
+        "late": tables.late,
+        "out": tables.output,
+    }
+
+
+def _checkpoints(tables) -> dict[str, int]:
+    """Checkpoint files in each table's Delta log."""
+    return {
+        name: len(list(Path(path, "_delta_log").glob("*.checkpoint*.parquet"))) for name, path in _named(tables).items()
+    }
 
 
 if __name__ == "__main__":

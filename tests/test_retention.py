@@ -1,11 +1,15 @@
 """Retention: window state holds open windows only. A closed window's partial rows leave the
 state table in the batch that emits it, so state does not grow with the number of batches."""
 
+import json
+import re
+from pathlib import Path
+
 from delta.tables import DeltaTable
 from harness import frame, in_parallel, run_stream
 
 from framework import BufferConfig, Pipeline, Runtime, SlidingWindows, Suppressed, TimeWindows, agg
-from framework.storage import compaction
+from framework.storage import compaction, tables
 
 BATCHES = 5
 
@@ -112,3 +116,29 @@ def test_bookkeeping_tables_compact_themselves_and_keep_every_row(spark, tmp_pat
     for runtime in (rt, plain):
         run_stream(runtime, p, [next_batch], ids=["b0007"])
     assert _rows(rt, p)[:3] == _rows(plain, p)[:3]
+
+
+def _checkpointed_batches(path):
+    """The sequence numbers of the batches whose commits to the table at ``path`` Delta
+    checkpointed (a checkpoint's version, mapped to its commit's tag)."""
+    seqs = []
+    for checkpoint in Path(path, "_delta_log").glob("*.checkpoint.parquet"):
+        commit = Path(path, "_delta_log", checkpoint.name.split(".")[0] + ".json").read_text().splitlines()
+        info = next(json.loads(line)["commitInfo"] for line in commit if '"commitInfo"' in line)
+        seqs.append(int(re.search(r"@(\d+)", info["userMetadata"]).group(1)))
+    return seqs
+
+
+def test_a_batch_checkpoints_one_table_not_all_of_them(spark, warehouse):
+    """Each table is created with its own checkpoint interval, so over 20 batches no batch
+    checkpoints two of a pipeline's tables (with Delta's default every table checkpointed in
+    batch 10), and a table created by its first append has its interval too."""
+    rt, p = Runtime(spark, warehouse, quality=False), _pipeline("spread", TimeWindows.of_size_and_grace(10, 2))
+    run_stream(rt, p, [[("A", 10 * i + 1, 1), ("B", 10 * i + 2, 1), ("A", 0, 1)] for i in range(2, 22)])
+    t = rt.tables(p)
+    checkpointed = {path: _checkpointed_batches(path) for path in (t.ledger, t.state, t.output, t.metrics, t.late)}
+    seqs = [seq for found in checkpointed.values() for seq in found]
+    assert len(seqs) == len(set(seqs)) >= 4, checkpointed
+    for path in checkpointed:
+        properties = DeltaTable.forPath(spark, path).detail().first().properties
+        assert properties["delta.checkpointInterval"] == tables.properties(path)["delta.checkpointInterval"], path

@@ -18,7 +18,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from .locks import committing, session_conf
-from .tables import latest_version, read
+from .tables import latest_version, properties, read
 
 TAG = "finalresults:"  # userMetadata prefix of every commit a batch or replay makes
 
@@ -102,9 +102,10 @@ def tagged(
 
 def save(df: DataFrame, path: str, tag: str, mode: str = "append", **options: str) -> None:
     """Write ``df`` to ``path`` in one commit tagged ``tag`` (a write option, so writes of one
-    batch to different tables can run at the same time)."""
+    batch to different tables can run at the same time). A table this creates gets the
+    framework's ``properties`` (Delta ignores them on an existing table)."""
     with committing(path):
-        df.write.format("delta").mode(mode).options(**options, userMetadata=tag).save(path)
+        df.write.format("delta").mode(mode).options(**properties(path), **options, userMetadata=tag).save(path)
 
 
 def rewrite(df: DataFrame, path: str, replaced: str | None, tag: str) -> None:
