@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 
 from ..definition.pipeline import Pipeline
 from ..errors import QualityGateError
-from ..storage import locks
+from ..storage import locks, tables
 from .suites import identity, load_suite, suite_file
 
 log = logging.getLogger("framework.quality")
@@ -230,7 +230,8 @@ def _persist(spark: SparkSession, pipeline: Pipeline, report: Report, root: str)
     ]
     path = os.path.join(root, "quality_results")
     with locks.committing(path):  # every pipeline of the warehouse appends here
-        spark.createDataFrame(rows, RESULTS_SCHEMA).write.format("delta").mode("append").save(path)
+        frame = spark.createDataFrame(rows, RESULTS_SCHEMA)
+        frame.write.format("delta").mode("append").options(**tables.properties(path)).save(path)
 
 
 def _run(

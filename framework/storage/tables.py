@@ -19,7 +19,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 from delta.tables import DeltaTable
 from py4j.protocol import Py4JJavaError
@@ -34,7 +36,7 @@ CREATE_WAIT_S = 30.0  # how long a runner waits for another runner's creation of
 # tables take about one commit each per batch, so with one interval they all checkpointed in the
 # same batch: over 1,000 batches every 10th batch took 1.3 to 2 s more than the median 5.8 s.
 # Distinct primes spread them: two tables checkpoint in the same batch in about 4 % of batches.
-CHECKPOINT_INTERVALS = {"_ledger": 11, "window_state": 13, "metrics": 19, "late_records": 23}
+CHECKPOINT_INTERVALS = {"_ledger": 11, "window_state": 13, "metrics": 19, "late_records": 23, "quality_results": 31}
 BUFFER_CHECKPOINT_INTERVAL = 29  # ``buffer_<name>``
 OTHER_CHECKPOINT_INTERVAL = 17  # the sink, and any other table the framework creates
 
@@ -91,12 +93,33 @@ def head(spark: SparkSession, path: str) -> tuple[str, int] | None:
     """The table's id (new when a table is created again at the same path) and current version,
     or None if it does not exist yet (reads the log's listing, no Spark job: ``DeltaLog.update``
     with its default arguments, called from Python)."""
-    snapshot = delta_snapshot(spark, path)
-    return None if snapshot is None else (snapshot.metadata().id(), snapshot.version())
+    with active(spark):
+        snapshot = delta_snapshot(spark, path)
+        return None if snapshot is None else (snapshot.metadata().id(), snapshot.version())
+
+
+@contextmanager
+def active(spark: SparkSession) -> Iterator[None]:
+    """``spark`` as the calling JVM thread's active session while Python calls Delta's log
+    directly (``delta_snapshot`` and what is asked of the snapshot). PySpark sets it only in the
+    thread that built the session, and a snapshot whose version has a checkpoint reads it
+    through a lazy provider that needs it: from a batch's worker thread that failed with
+    ``DELTA_SPARK_SESSION_NOT_SET`` (the ledger read of batch 550 of ``bench/retention.py``)."""
+    sessions = spark._jvm.org.apache.spark.sql.SparkSession
+    before = sessions.getActiveSession()
+    sessions.setActiveSession(spark._jsparkSession)
+    try:
+        yield
+    finally:
+        if before.isDefined():
+            sessions.setActiveSession(before.get())
+        else:
+            sessions.clearActiveSession()
 
 
 def delta_snapshot(spark: SparkSession, path: str):
-    """The table's current Delta snapshot (JVM object), or None if it does not exist yet."""
+    """The table's current Delta snapshot (JVM object), or None if it does not exist yet. Call
+    it, and use the snapshot, inside ``active(spark)``."""
     if not exists(spark, path):
         return None
     jvm = spark._jvm
@@ -110,9 +133,10 @@ def prepare(spark: SparkSession, path: str) -> None:
     it needs first: done ahead, beside other work, that commit starts from a cached snapshot.
     Best effort: if this fails, the commit computes them itself and reports what fails."""
     try:
-        snapshot = delta_snapshot(spark, path)
-        if snapshot is not None:
-            snapshot.transactions()
+        with active(spark):
+            snapshot = delta_snapshot(spark, path)
+            if snapshot is not None:
+                snapshot.transactions()
     except Py4JJavaError:
         pass
 
