@@ -146,16 +146,20 @@ def test_a_batch_checkpoints_one_table_not_all_of_them(spark, warehouse):
         assert properties["delta.checkpointInterval"] == tables.properties(path)["delta.checkpointInterval"], path
 
 
-def test_a_batch_reads_a_ledger_checkpointed_before_its_process_started(spark, warehouse, monkeypatch):
-    """As Airflow runs batches, each in a fresh process: the first read of the ledger, in a
-    batch's worker thread, finds its latest version checkpointed. Delta reads such a snapshot
-    through a provider that needs the thread's active SparkSession (it failed with
-    DELTA_SPARK_SESSION_NOT_SET); the batch commits."""
-    monkeypatch.setitem(tables.CHECKPOINT_INTERVALS, "_ledger", 2)
-    rt, p = Runtime(spark, warehouse, quality=False), _pipeline("fresh", TimeWindows.of_size_and_grace(10, 2))
-    batches = [[("A", 10 * i + 1, 1)] for i in range(4)]
-    run_stream(rt, p, batches[:2])
-    assert list(Path(rt.tables(p).ledger, "_delta_log").glob("*2.checkpoint.parquet"))
-    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # what a fresh process knows
-    fresh = Runtime(spark, warehouse, quality=False)
-    assert fresh.run_batch(p, "b0002", frame(spark, batches[2], 2)).status == "committed"
+def test_batches_in_fresh_processes_read_checkpointed_tables(spark, warehouse, monkeypatch):
+    """As Airflow runs batches, each in a fresh process: a batch's first reads of its tables,
+    in worker threads, find their latest versions checkpointed. Delta reads such a snapshot
+    through a provider that needs the thread's active SparkSession (the ledger read failed with
+    DELTA_SPARK_SESSION_NOT_SET); every batch commits."""
+    for role in tables.CHECKPOINT_INTERVALS:
+        monkeypatch.setitem(tables.CHECKPOINT_INTERVALS, role, 2)
+    monkeypatch.setattr(tables, "OTHER_CHECKPOINT_INTERVAL", 2)
+    p = _pipeline("fresh", TimeWindows.of_size_and_grace(10, 2))
+    for i in range(5):
+        spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # what a fresh process knows
+        rt = Runtime(spark, warehouse, quality=False)
+        batch = [("A", 10 * i + 1, 1), ("A", 0, 1)]  # 0 is late from the second batch on
+        assert rt.run_batch(p, f"b{i:04d}", frame(spark, batch, 2 * i)).status == "committed"
+    t = rt.tables(p)
+    for path in (t.ledger, t.state, t.output, t.metrics, t.late):
+        assert list(Path(path, "_delta_log").glob("*.checkpoint.parquet")), path
