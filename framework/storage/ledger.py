@@ -120,10 +120,9 @@ def last_committed(spark: SparkSession, path: str, batch_id: str | None = None) 
 def ledger_head(spark: SparkSession, path: str) -> tuple[str, int, int]:
     """The ledger's id, current version and *fence*: the last transaction version a batch or
     replay committed with (``commit_point``), 0 before the first, from one snapshot."""
-    with tables.active(spark):
-        snapshot = tables.delta_snapshot(spark, path)
-        recorded = snapshot.transactions().get(LEDGER_APP)
-        return snapshot.metadata().id(), snapshot.version(), int(recorded.get()) if recorded.isDefined() else 0
+    with tables.snapshot(spark, path) as current:
+        recorded = current.transactions().get(LEDGER_APP)
+        return current.metadata().id(), current.version(), int(recorded.get()) if recorded.isDefined() else 0
 
 
 class Ledgers:

@@ -21,7 +21,7 @@ import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 from delta.tables import DeltaTable
 from py4j.protocol import Py4JJavaError
@@ -93,23 +93,29 @@ def head(spark: SparkSession, path: str) -> tuple[str, int] | None:
     """The table's id (new when a table is created again at the same path) and current version,
     or None if it does not exist yet (reads the log's listing, no Spark job: ``DeltaLog.update``
     with its default arguments, called from Python)."""
-    with active(spark):
-        snapshot = delta_snapshot(spark, path)
-        return None if snapshot is None else (snapshot.metadata().id(), snapshot.version())
+    with snapshot(spark, path) as current:
+        return None if current is None else (current.metadata().id(), current.version())
 
 
 @contextmanager
-def active(spark: SparkSession) -> Iterator[None]:
-    """``spark`` as the calling JVM thread's active session while Python calls Delta's log
-    directly (``delta_snapshot`` and what is asked of the snapshot). PySpark sets it only in the
-    thread that built the session, and a snapshot whose version has a checkpoint reads it
-    through a lazy provider that needs it: from a batch's worker thread that failed with
-    ``DELTA_SPARK_SESSION_NOT_SET`` (the ledger read of batch 550 of ``bench/retention.py``)."""
-    sessions = spark._jvm.org.apache.spark.sql.SparkSession
+def snapshot(spark: SparkSession, path: str) -> Iterator[Any]:
+    """The table's current Delta snapshot (JVM object), or None if it does not exist yet, to use
+    inside the block, where ``spark`` is the calling JVM thread's active session. PySpark sets
+    that only in the thread that built the session, and a snapshot whose version has a
+    checkpoint reads it through a lazy provider that needs it: from a batch's worker thread,
+    the ledger read failed with ``DELTA_SPARK_SESSION_NOT_SET`` (batch 550 of
+    ``bench/retention.py``; under Airflow, any batch after a checkpointed ledger commit)."""
+    jvm = spark._jvm
+    assert jvm is not None  # a classic (not Spark Connect) session's
+    sessions = jvm.org.apache.spark.sql.SparkSession
     before = sessions.getActiveSession()
     sessions.setActiveSession(spark._jsparkSession)
     try:
-        yield
+        if not exists(spark, path):
+            yield None
+            return
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+        yield log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")())
     finally:
         if before.isDefined():
             sessions.setActiveSession(before.get())
@@ -117,26 +123,14 @@ def active(spark: SparkSession) -> Iterator[None]:
             sessions.clearActiveSession()
 
 
-def delta_snapshot(spark: SparkSession, path: str):
-    """The table's current Delta snapshot (JVM object), or None if it does not exist yet. Call
-    it, and use the snapshot, inside ``active(spark)``."""
-    if not exists(spark, path):
-        return None
-    jvm = spark._jvm
-    assert jvm is not None  # a classic (not Spark Connect) session's
-    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    return log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")())
-
-
 def prepare(spark: SparkSession, path: str) -> None:
     """Compute the table's current snapshot with its transaction ids, which the next commit to
     it needs first: done ahead, beside other work, that commit starts from a cached snapshot.
     Best effort: if this fails, the commit computes them itself and reports what fails."""
     try:
-        with active(spark):
-            snapshot = delta_snapshot(spark, path)
-            if snapshot is not None:
-                snapshot.transactions()
+        with snapshot(spark, path) as current:
+            if current is not None:
+                current.transactions()
     except Py4JJavaError:
         pass
 
