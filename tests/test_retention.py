@@ -2,7 +2,9 @@
 state table in the batch that emits it, so state does not grow with the number of batches."""
 
 import json
+import os
 import re
+import time
 from pathlib import Path
 
 from delta.tables import DeltaTable
@@ -163,3 +165,36 @@ def test_batches_in_fresh_processes_read_checkpointed_tables(spark, warehouse, m
     t = rt.tables(p)
     for path in (t.ledger, t.state, t.output, t.metrics, t.late):
         assert list(Path(path, "_delta_log").glob("*.checkpoint.parquet")), path
+
+
+def test_bookkeeping_logs_keep_a_day_state_logs_keep_what_replay_reads(spark, warehouse, monkeypatch):
+    """Every read of a Delta table lists its whole log, so a log that keeps 30 days of commits
+    makes every batch slower for a month. Ledger, metrics and late records (never read at an
+    older version) keep one day; window state keeps Delta's default, for replay. Commit files
+    aged three days: at the next checkpoints Delta deletes the bookkeeping tables' and keeps
+    window state's, and a re-run and a replay still work. On a local warehouse no ``.crc`` file
+    doubles the log (Hadoop's raw local file system)."""
+    for role in tables.CHECKPOINT_INTERVALS:
+        monkeypatch.setitem(tables.CHECKPOINT_INTERVALS, role, 2)
+    rt, p = Runtime(spark, warehouse, quality=False), _pipeline("short_log", TimeWindows.of_size_and_grace(10, 2))
+    batches = [[("A", 10 * i + 1, 1), ("A", 0, 1)] for i in range(6)]  # 0 is late from the second batch on
+    ids = [f"b{i:04d}" for i in range(6)]
+    run_stream(rt, p, batches[:3], ids=ids[:3])
+    t = rt.tables(p)
+    three_days_ago = time.time() - 3 * 86_400
+    aged = {path: sorted(Path(path, "_delta_log").glob("*.json")) for path in (t.ledger, t.metrics, t.late, t.state)}
+    for commits in aged.values():
+        for commit in commits:
+            os.utime(commit, (three_days_ago, three_days_ago))
+    run_stream(rt, p, batches[3:], ids=ids[3:])
+
+    for path in (t.ledger, t.metrics, t.late):
+        assert not any(commit.exists() for commit in aged[path][:-1]), path  # all but the last checkpoint's
+        assert DeltaTable.forPath(spark, path).detail().first().properties["delta.logRetentionDuration"] == (
+            tables.SHORT_LOG_RETENTION
+        )
+    assert all(commit.exists() for commit in aged[t.state])
+    assert not list(Path(warehouse).rglob("*.crc"))
+    assert rt.run_batch(p, ids[0], frame(spark, batches[0], 0)).status == "already committed"
+    replayed = rt.replay(p, [(ids[5], frame(spark, batches[5], 4))])  # reads state as recorded before it
+    assert replayed.emitted == replayed.removed
