@@ -37,7 +37,6 @@ import vs_streaming as vs  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 from framework import spark_session  # noqa: E402
-from framework.storage.localfs import LOCAL_FS_CONF  # noqa: E402
 
 MARK = "cold-bench-seconds-after-start="  # printed by a worker: its time after the session started
 
@@ -63,7 +62,6 @@ def _submit(runner: str, work: Path, batch: int) -> tuple[float, float]:
         f"io.delta:delta-spark_2.13:{version('delta-spark')}",
         "--conf",
         "spark.ui.enabled=false",
-        *(arg for key, value in LOCAL_FS_CONF.items() for arg in ("--conf", f"{key}={value}")),
         str(Path(__file__).resolve()),
         "worker",
         runner,

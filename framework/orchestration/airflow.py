@@ -45,7 +45,6 @@ except ModuleNotFoundError as e:  # Airflow is an extra: Spark jobs on a cluster
 
 from ..definition.pipeline import Pipeline
 from ..errors import FrameworkError
-from ..storage.localfs import LOCAL_FS_CONF
 from .jobs import batch_id, load_job, parse_time
 
 log = logging.getLogger("framework.airflow")
@@ -160,7 +159,7 @@ def _submit(
         application=application,
         name=f"finalresults-{job.PIPELINE.name}",
         packages=packages,
-        conf={"spark.log.level": "WARN", **LOCAL_FS_CONF, **(spark_conf or {})},
+        conf={"spark.log.level": "WARN", **(spark_conf or {})},
         env_vars=spark_env if spark_env is not None else local_env,
         spark_binary=spark_binary or local_binary,
         application_args=arguments,

@@ -11,8 +11,6 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from .localfs import LOCAL_FS_CONF
-
 DEFAULT_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -30,7 +28,6 @@ DEFAULT_CONF = {
     # A commit's .crc file costs a third of a small append (0.39 s -> 0.27 s here); readers do
     # not need it, and a batch makes several small commits.
     "spark.databricks.delta.writeChecksumFile.enabled": "false",
-    **LOCAL_FS_CONF,  # no ``.crc`` file beside each file of a local warehouse
     # Spark keeps 100 compiled query classes; one batch needs more (its own plans and Delta's),
     # so each batch recompiled ~140 of them (~1.5 s of CPU); with room for them, ~25.
     "spark.sql.codegen.cache.maxEntries": "2000",
