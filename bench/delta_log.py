@@ -50,8 +50,8 @@ def _measure(spark, path: str, commits: int, crc: bool) -> dict:
         (log / name).write_text(COMMIT)
         if crc:
             (log / f".{name}.crc").touch()
-    with tables.snapshot(spark, path):
-        spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).checkpoint()
+    with tables.snapshot(spark, path) as current:
+        current.deltaLog().checkpoint()
     tables.head(spark, path)
     seconds = []
     for _ in range(15):
