@@ -9,9 +9,10 @@ from pathlib import Path
 
 from delta.tables import DeltaTable
 from harness import frame, in_parallel, run_stream
+from pyspark.sql import functions as F
 
 from framework import BufferConfig, Pipeline, Runtime, SlidingWindows, Suppressed, TimeWindows, agg
-from framework.storage import compaction, tables
+from framework.storage import commitlog, compaction, tables, writes
 
 BATCHES = 5
 
@@ -196,3 +197,54 @@ def test_bookkeeping_logs_keep_a_day_state_logs_keep_what_replay_reads(spark, wa
     assert rt.run_batch(p, ids[0], frame(spark, batches[0], 0)).status == "already committed"
     replayed = rt.replay(p, [(ids[5], frame(spark, batches[5], 4))])  # reads state as recorded before it
     assert replayed.emitted == replayed.removed
+
+
+def test_commits_since_a_version_read_from_their_files_are_delta_history(spark, tmp_path, monkeypatch):
+    """A batch asks which commits landed since a version it knows after each state and ledger
+    write; Delta's history lists the whole log to answer (three times), so ``commitlog`` reads
+    the few commit files after that version instead. Its answer is Delta's history, for every
+    version; with more commits than it reads, or once Delta's cleanup deleted that version's
+    file, it says so, and ``history_since`` falls back to Delta's history."""
+    path = str(tmp_path / "t")
+
+    def append(i, tag=None):
+        rows = spark.range(2).withColumn("i", F.lit(i)).write.format("delta").mode("append")
+        rows.options(**{"delta.checkpointInterval": "2", "delta.logRetentionDuration": "interval 1 days"})
+        (rows.option("userMetadata", tag) if tag else rows).save(path)
+
+    def delta_history(after):
+        rows = DeltaTable.forPath(spark, path).history().collect()
+        return sorted((r.version, r.operation, r.userMetadata) for r in rows if r.version > after)
+
+    append(0, f"{writes.TAG}t@0")
+    append(1)
+    spark.sql(f"OPTIMIZE delta.`{path}`")
+    append(3, f"{writes.TAG}t@3")
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('framework.test' = 'x')")
+    append(5)
+    for after in range(-1, 6):
+        assert [tuple(c) for c in commitlog.commits_after(spark, path, after)] == delta_history(after), after
+    assert [c.operation for c in commitlog.commits_after(spark, path, 1)] == [
+        "OPTIMIZE",
+        "WRITE",
+        "SET TBLPROPERTIES",
+        "WRITE",
+    ]
+    assert writes.same_rows(spark, path, 3) == 3 and writes.same_rows(spark, path, 5) == 5
+    monkeypatch.setattr(commitlog, "MOST", 2)  # more commits than that: Delta's history answers
+    assert commitlog.commits_after(spark, path, 1) is None
+    assert [tuple(c) for c in writes.history_since(spark, path, 1)] == delta_history(1)
+    monkeypatch.undo()
+
+    three_days_ago = time.time() - 3 * 86_400
+    for commit in Path(path, "_delta_log").glob("*.json"):
+        os.utime(commit, (three_days_ago, three_days_ago))
+    append(6)
+    append(7)  # checkpoint at 7 or 8: Delta deletes the aged commit files before it
+    append(8)
+    assert not Path(path, "_delta_log", f"{1:020d}.json").exists()
+    assert commitlog.commits_after(spark, path, 1) is None
+    assert [tuple(c) for c in writes.history_since(spark, path, 1)] == delta_history(1)
+    assert [tuple(c) for c in commitlog.commits_after(spark, path, 6)] == delta_history(6) != []
+    assert commitlog.commits_after(spark, str(tmp_path / "none"), 0) is None
+    assert writes.history_since(spark, str(tmp_path / "none"), 0) == []

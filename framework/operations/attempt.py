@@ -380,7 +380,7 @@ class BatchAttempt:
             at=dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
             buffer_version=versions["buffer"],
             windows_open=values.get("windows_open"),
-            output_base=tables.latest_version(self.s.spark, self.t.output),
+            output_base=tables.latest_version(self.s.spark, self.t.output) if self.p.suppression is None else None,
             metrics=json.dumps({k: v for k, v in values.items() if k != "stream_time"}),
         )
         self._write_point("ledger_commit", lambda: self._commit_point(commit))

@@ -43,7 +43,7 @@ OTHER_CHECKPOINT_INTERVAL = 17  # the sink, and any other table the framework cr
 # Delta keeps each commit's file for ``delta.logRetentionDuration`` (30 days; deleted at a
 # checkpoint, to the day), and every read of a table lists them all: 13 us per file here, so at
 # one commit per 5-minute batch a 30-day log adds 110 ms to every read, and a batch reads its
-# tables about 20 times. The framework never reads these tables at an older version, so they keep
+# tables about 13 times. The framework never reads these tables at an older version, so they keep
 # one day; the state tables and the sink keep Delta's default (replay reads recorded versions).
 # (Not ``quality_results``: chosen by folder name, a sink may be called that.)
 SHORT_LOG_TABLES = frozenset({"_ledger", "metrics", "late_records"})

@@ -17,6 +17,7 @@ from typing import Callable
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
+from .commitlog import commits_after
 from .locks import committing, session_conf
 from .tables import latest_version, properties, read
 
@@ -49,8 +50,11 @@ RETRIES = 3  # attempts of one write that lost a race to another writer
 
 def history_since(spark: SparkSession, path: str, version: int | None) -> list:
     """The table's commits after ``version`` (None: all), oldest first: version, operation,
-    userMetadata. Reads the latest commits with room to spare, and again with more if commits
-    landing meanwhile pushed a wanted one out."""
+    userMetadata. Read from the commit files themselves when the log still holds ``version``'s
+    (``commitlog``: no listing), else from Delta's history, with room to spare, and again with
+    more if commits landing meanwhile pushed a wanted one out."""
+    if version is not None and (recent := commits_after(spark, path, version)) is not None:
+        return recent
     head = latest_version(spark, path)
     if head is None or (version is not None and head <= version):
         return []
@@ -70,10 +74,10 @@ def history_since(spark: SparkSession, path: str, version: int | None) -> list:
 def same_rows(spark: SparkSession, path: str, version: int) -> int:
     """The latest version of the table if it holds the same rows as ``version`` (only
     maintenance landed since), else ``version``."""
-    head = latest_version(spark, path)
-    if head is None or head == version or any(changes_rows(c) for c in history_since(spark, path, version)):
-        return version
-    return head
+    since = history_since(spark, path, version)
+    if not since or since[0].version != version + 1 or any(changes_rows(c) for c in since):
+        return version  # nothing since, or the log no longer tells what came right after it
+    return since[-1].version
 
 
 def changes_rows(commit) -> bool:

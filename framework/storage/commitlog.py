@@ -1,0 +1,72 @@
+"""A table's latest commits, read from their own files in the Delta log.
+
+Every time a batch writes window state or the ledger it asks which commits landed since a
+version it knows (``writes.history_since``). Delta's ``history()`` answers by listing the whole
+``_delta_log`` folder, three times (the table's version, ``DeltaTable.forPath``, the history
+itself), and a local or HDFS listing costs time in proportion to the log's length: 13 us per
+entry here (``bench/delta_log.py``), and a log holds a month of commits by default. The commits
+after a known version are few, and their files have known names (``<version>.json``), so they
+are read one by one until the first that does not exist: no listing. Delta deletes expired
+commit files oldest first and never leaves a gap, so the file of the known version itself
+tells "no commit since" from "expired".
+"""
+
+from __future__ import annotations
+
+import json
+from typing import NamedTuple
+
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import SparkSession
+
+
+class Commit(NamedTuple):
+    """One commit, named as ``DeltaTable.history()`` names its columns."""
+
+    version: int
+    operation: str | None
+    userMetadata: str | None
+
+
+MOST = 64  # commit files read one by one at most; past that Delta's history is cheaper
+
+
+def commits_after(spark: SparkSession, path: str, version: int) -> list[Commit] | None:
+    """The commits of the table at ``path`` after ``version``, oldest first, read from their
+    files; None when that cannot be done (the caller asks Delta's history): the log no longer
+    holds ``version``'s file, there are more than ``MOST``, or the table's commits are
+    coordinated (a new version's file may then sit elsewhere until it is backfilled)."""
+    jvm = spark._jvm
+    assert jvm is not None  # a classic (not Spark Connect) session's
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    known = log.unsafeVolatileSnapshot()
+    if known.tableCommitCoordinatorClientOpt().isDefined() or known.isCatalogOwned():
+        return None
+    store, conf, folder = log.store(), log.newDeltaHadoopConf(), log.logPath()
+    missing = jvm.java.lang.Class.forName("java.io.FileNotFoundException")
+
+    def read(v: int) -> Commit | None:
+        """Commit ``v`` from its file's ``commitInfo`` (Delta writes it first), None if no file."""
+        try:
+            lines = store.readAsIterator(jvm.org.apache.hadoop.fs.Path(folder, f"{v:020d}.json"), conf)
+        except Py4JJavaError as e:
+            if missing.isInstance(e.java_exception):  # Hadoop's local FS says so for "permission denied" too
+                return None
+            raise
+        try:
+            while lines.hasNext():
+                info = json.loads(lines.next()).get("commitInfo")
+                if info is not None:
+                    return Commit(v, info.get("operation"), info.get("userMetadata"))
+            return Commit(v, None, None)  # no commitInfo: counted as changing rows, as Delta's history does
+        finally:
+            lines.close()
+
+    found: list[Commit] = []
+    while len(found) <= MOST and (commit := read(version + 1 + len(found))) is not None:
+        found.append(commit)
+    # Delta's cleanup deletes the oldest files first: if the first file relied on is still
+    # there, none after it was deleted while they were read.
+    if len(found) <= MOST and (found or version >= 0) and read(version + 1 if found else version) is not None:
+        return found
+    return None
