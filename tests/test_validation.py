@@ -1,4 +1,5 @@
-"""Validating committed results (the Airflow quality gate and ``finalresults validate``)."""
+"""Validating committed results (after a job's run, for the Airflow quality gate, and
+``finalresults validate``)."""
 
 from datetime import datetime as T
 
@@ -6,7 +7,8 @@ import pytest
 
 from framework import Runtime
 from framework.errors import FrameworkError
-from framework.operations.validation import validate_results
+from framework.operations import outcome
+from framework.operations.validation import after_run, validate_results
 from framework.orchestration.cli import main
 from framework.orchestration.jobs import load_job
 
@@ -35,16 +37,23 @@ def test_nothing_to_validate_then_valid_then_a_duplicate_fails_the_gate(spark, t
     with pytest.raises(FrameworkError, match="no committed batch"):
         validate_results(spark, pipeline, warehouse)
 
-    rt.run_batch(pipeline, "b1", records(spark, ("a", T(2026, 1, 1, 0, 5), 1)))
+    b1 = rt.run_batch(pipeline, "b1", records(spark, ("a", T(2026, 1, 1, 0, 5), 1)))
     assert validate_results(spark, pipeline, warehouse) is None  # no window closed yet
+    left = after_run(spark, pipeline, warehouse, b1)  # what the job leaves for the quality gate
+    assert not left.validated and left.success and outcome.read(warehouse, "hourly", "batch") == left
 
-    rt.run_batch(pipeline, "b2", records(spark, ("b", T(2026, 1, 1, 1, 20), 2)))  # closes a's [00:00, 01:00)
+    b2 = rt.run_batch(pipeline, "b2", records(spark, ("b", T(2026, 1, 1, 1, 20), 2)))  # closes a's [00:00, 01:00)
     assert validate_results(spark, pipeline, warehouse).success
+    left = after_run(spark, pipeline, warehouse, b2)
+    assert (left.batch_id, left.seq, left.rows_published, left.validated, left.success) == ("b2", 2, 1, True, True)
 
     output = rt.tables(pipeline).output  # someone appends a copy by hand
     spark.read.format("delta").load(output).write.format("delta").mode("append").save(output)
-    rt.run_batch(pipeline, "b3", records(spark, ("c", T(2026, 1, 1, 2, 30), 3)))  # publishes b's window
+    b3 = rt.run_batch(pipeline, "b3", records(spark, ("c", T(2026, 1, 1, 2, 30), 3)))  # publishes b's window
     assert main(["validate", str(job), "--warehouse", warehouse]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("finalresults: error: ")
     assert "expect_compound_columns_to_be_unique" in err[0]
+    left = after_run(spark, pipeline, warehouse, b3)
+    assert outcome.read(warehouse, "hourly", "batch") == left and left.validated
+    assert len(left.failures) == 1 and "expect_compound_columns_to_be_unique" in left.failures[0]

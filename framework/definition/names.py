@@ -34,6 +34,7 @@ RESERVED_TABLES: dict[str, str] = {
     "late_records": "late records table",
     "metrics": "metrics table",
     "_staging": "staging folder",
+    "_gate": "quality-gate outcomes folder",
 }
 
 #: Prefix of the suppression buffer tables, ``buffer_<suppression name>`` (``buffer_suppress``

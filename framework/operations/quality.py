@@ -15,6 +15,7 @@ import datetime as dt
 import functools
 import json
 import logging
+import math
 import os
 import threading
 from dataclasses import dataclass
@@ -40,6 +41,10 @@ log = logging.getLogger("framework.quality")
 
 EXAMPLES = 3
 SITE = "warehouse"
+#: Frames of at most this many rows are validated in memory (GX's pandas engine): a batch's
+#: audit usually checks a few hundred rows, and GX's Spark engine runs a Spark job per metric
+#: (seconds in a fresh process); larger frames stay in Spark.
+IN_MEMORY_ROWS = 100_000
 RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": EXAMPLES, "include_unexpected_rows": True}
 RESULTS_SCHEMA = (
     "suite string, pipeline string, batch_id string, expectation string, severity string, "
@@ -155,9 +160,10 @@ def _context(root: str | None):
     return gx.get_context(mode="ephemeral", project_config=config)
 
 
-def _checkpoint(context, suite: gx.ExpectationSuite, docs: bool):
-    """A checkpoint validating a whole Spark DataFrame against ``suite``, saved in ``context``."""
-    source = context.data_sources.all().get("spark") or context.data_sources.add_spark("spark")
+def _checkpoint(context, suite: gx.ExpectationSuite, docs: bool, engine: str):
+    """A checkpoint validating a whole DataFrame of ``engine`` (``spark`` or ``pandas``) against
+    ``suite``, saved in ``context``."""
+    source = context.data_sources.all().get(engine) or getattr(context.data_sources, f"add_{engine}")(engine)
     try:
         asset = source.get_asset(suite.name)
     except LookupError:
@@ -168,12 +174,15 @@ def _checkpoint(context, suite: gx.ExpectationSuite, docs: bool):
         batches = asset.add_batch_definition_whole_dataframe("whole")
     suite = context.suites.add_or_update(suite)
     definition = context.validation_definitions.add_or_update(
-        gx.ValidationDefinition(name=suite.name, data=batches, suite=suite)
+        gx.ValidationDefinition(name=f"{suite.name}.{engine}", data=batches, suite=suite)
     )
     actions = [UpdateDataDocsAction(name="data_docs", site_names=[SITE])] if docs else []
     return context.checkpoints.add_or_update(
         gx.Checkpoint(
-            name=suite.name, validation_definitions=[definition], actions=actions, result_format=RESULT_FORMAT
+            name=f"{suite.name}.{engine}",
+            validation_definitions=[definition],
+            actions=actions,
+            result_format=RESULT_FORMAT,
         )
     )
 
@@ -184,6 +193,8 @@ def _number(value):
 
 
 def _plain(value):
+    if isinstance(value, float) and math.isnan(value):  # the pandas engine's null
+        return None
     if isinstance(value, dt.datetime):
         return value.isoformat(sep=" ")
     return value.isoformat() if isinstance(value, dt.date) else value
@@ -207,7 +218,10 @@ def _check(r) -> Check:
         observed = f"observed {result['observed_value']}"
     else:
         observed = f"{result.get('unexpected_count', 0)} of {result.get('element_count', 0)} rows unexpected"
-    rows = result.get("unexpected_rows") or [{"value": v} for v in result.get("partial_unexpected_list") or []]
+    rows = result.get("unexpected_rows")
+    if hasattr(rows, "to_dict"):  # the pandas engine's: a DataFrame
+        rows = rows.to_dict("records")
+    rows = rows or [{"value": v} for v in result.get("partial_unexpected_list") or []]
     examples = tuple({k: _plain(v) for k, v in dict(row).items()} for row in rows[:EXAMPLES])
     return Check(label, (config.meta or {}).get("severity", "critical"), bool(r.success), observed, examples)
 
@@ -245,12 +259,14 @@ def _run(
     suite = load_suite(p, expectations_dir)
     root = os.path.abspath(warehouse_root) if warehouse_root else None
     now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-    frame = _with_close_time(p, df).persist()  # GX runs a few dozen small jobs over it
+    frame = _with_close_time(p, df).persist()  # GX's Spark engine runs a few dozen small jobs over it
     try:
+        rows = frame.limit(IN_MEMORY_ROWS + 1).toPandas()
+        engine, data = ("pandas", rows) if len(rows) <= IN_MEMORY_ROWS else ("spark", frame)
         with _GX_LOCK:
             context = _context(root)
-            run = _checkpoint(context, suite, docs=root is not None).run(
-                batch_parameters={"dataframe": frame}, run_id=RunIdentifier(run_name=batch_id or "table", run_time=now)
+            run = _checkpoint(context, suite, root is not None, engine).run(
+                batch_parameters={"dataframe": data}, run_id=RunIdentifier(run_name=batch_id or "table", run_time=now)
             )
             [(identifier, result)] = run.run_results.items()
             urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=SITE) if root else []

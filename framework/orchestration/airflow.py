@@ -18,8 +18,10 @@
 
 The Spark task runs ``spark-submit jobs/<name>.py`` through the ``spark_default`` connection
 (its host is the master: ``local[*]`` for one machine, ``spark://...`` or ``yarn`` for a cluster).
-The quality gate validates the whole committed results table with the pipeline's Great Expectations
-suite (``framework.operations.validation``); each batch has already audited its own rows before publishing.
+The job validates the whole committed results table with the pipeline's Great Expectations suite
+(``framework.operations.validation``) in its own Spark session after the batch; the quality gate
+reports that outcome, so a run starts Spark once. Each batch has already audited its own rows
+before publishing.
 
 This module is imported by DAG files, which the scheduler parses often: nothing here imports
 Spark; the job module is read for its pipeline definition only.
@@ -44,7 +46,8 @@ except ModuleNotFoundError as e:  # Airflow is an extra: Spark jobs on a cluster
     raise ImportError(f"framework.airflow needs Airflow: pip install 'finalresults[airflow]' ({e})") from e
 
 from ..definition.pipeline import Pipeline
-from ..errors import FrameworkError
+from ..errors import FrameworkError, QualityGateError
+from ..operations import outcome
 from .jobs import batch_id, load_job, parse_time
 
 log = logging.getLogger("framework.airflow")
@@ -88,40 +91,48 @@ def published_batches(context: Mapping[str, Any], asset: Asset) -> list[dict]:
 
 
 def quality_gate(job: str, warehouse: str, batch_start: str | None = None, **context: Any) -> None:
-    """Task callable: validate the job's committed results table; fail the task listing violations.
+    """Task callable: report the validation of the job's results table that its Spark task ran
+    after the batch (or replay) and left in ``<warehouse>/<pipeline>/_gate/`` (``framework.operations.outcome``);
+    fail listing the failed critical expectations. No Spark, no Great Expectations here.
 
-    It reads the table with a Spark session of the Airflow worker ($SPARK_MASTER, else local[*]),
-    not through ``spark_default``: the check is a few scans of one results table. Given the
-    run's ``batch_start`` (its data interval start), it annotates the task's results-asset event
-    (docs/design.md#downstream) with what that batch committed: batch id, seq, rows published, stream time.
+    Given the run's ``batch_start`` (its data interval start), it checks the outcome is that
+    batch's and annotates the task's results-asset event (docs/design.md#downstream) with what the
+    batch committed: batch id, seq, rows published, stream time. Without, it reports the last replay.
     """
-    from ..operations.runtime import Runtime
-    from ..operations.validation import validate_results
-    from ..storage.session import spark_session
-
     pipeline = load_job(job).PIPELINE
-    spark = spark_session(f"finalresults-{pipeline.name}-gate")
-    report = validate_results(spark, pipeline, warehouse)
-    if report is None:
-        log.info("pipeline %r: no result emitted yet: nothing to validate", pipeline.name)
+    kind = "replay" if batch_start is None else "batch"
+    found = outcome.read(warehouse, pipeline.name, kind)
+    expected = None if batch_start is None else batch_id(parse_time(batch_start, "batch start"))
+    if found is None or (expected is not None and found.batch_id != expected):
+        raise FrameworkError(
+            f"pipeline {pipeline.name!r}: no validation of {f'batch {expected!r}' if expected else 'a replay'} "
+            f"in {outcome.location(warehouse, pipeline.name, kind)}: its Spark task must succeed first "
+            "(clear it: a committed batch re-runs as 'already committed' and validates again)"
+        )
+    if not found.validated:
+        log.info(
+            "pipeline %r: %s %r published no row: the table was not validated again",
+            pipeline.name,
+            kind,
+            found.batch_id,
+        )
     else:
-        log.info("%s%s", report.summary(), f"\nData Docs: {report.docs}" if report.docs else "")
-        report.raise_for_failures()
-    if batch_start is None:
-        return
-    for asset in context["task"].outlets:
-        batch = batch_id(parse_time(batch_start, "batch start"))
-        done = Runtime(spark, warehouse).committed_batch(pipeline, batch)
-        if done is None:
-            raise FrameworkError(
-                f"pipeline {pipeline.name!r}: batch {batch!r} is not committed: its spark task must succeed first"
-            )
+        log.info("%s%s", found.summary, f"\nData Docs: {found.docs}" if found.docs else "")
+    if not found.success:
+        listed = "\n".join(f"  - {f}" for f in found.failures)
+        raise QualityGateError(
+            f"pipeline {pipeline.name!r}, {kind} {found.batch_id!r}: {len(found.failures)} critical "
+            f"expectation(s) failed on the results table:\n{listed}\nFix the table before anyone downstream "
+            "reads it, then clear the Spark task to validate again."
+            + (f" Data Docs: {found.docs}" if found.docs else "")
+        )
+    for asset in context["task"].outlets if expected is not None else ():
         context["outlet_events"][asset].extra = {
             "pipeline": pipeline.name,
-            "batch_id": done.batch_id,
-            "seq": done.seq,
-            "rows_published": done.emitted,
-            "stream_time": done.stream_time.isoformat() if done.stream_time else None,
+            "batch_id": found.batch_id,
+            "seq": found.seq,
+            "rows_published": found.rows_published,
+            "stream_time": found.stream_time,
         }
 
 

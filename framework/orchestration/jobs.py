@@ -6,7 +6,9 @@ A job module (``jobs/<name>.py``) declares ``PIPELINE``, the ``LANDING`` table i
 ``ingest_time`` falls in ``[batch_start, batch_end)``; its id is the ISO form of ``batch_start``,
 so ids increase with time and re-running an interval is an idempotent no-op (docs/design.md#crashes-and-re-runs).
 With ``--replay`` the same entry point replays committed intervals from the landing table as it
-is now (``replay_intervals``, docs/design.md#replay): the replay DAG submits that.
+is now (``replay_intervals``, docs/design.md#replay): the replay DAG submits that. After either,
+the job validates the results table in its own Spark session and leaves the outcome for the DAG's
+quality-gate task (``framework.operations.outcome``), which so needs no Spark of its own.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ..errors import FrameworkError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from ..operations.outcome import Outcome
     from ..operations.replay import ReplayResult
     from ..operations.runtime import BatchResult
 
@@ -217,6 +220,16 @@ def replay_summary(result: ReplayResult) -> str:
     )
 
 
+def gate_summary(found: Outcome) -> str:
+    """One line on the results table's validation after a run, which the quality gate reports."""
+    if not found.validated:
+        return f"{found.pipeline} results: not validated again (this run published no row)"
+    verdict = "valid" if found.success else f"{len(found.failures)} critical expectation(s) failed"
+    return f"{found.pipeline} results: {verdict}; the quality_gate task reports it" + (
+        f" (Data Docs: {found.docs})" if found.docs else ""
+    )
+
+
 def _arguments(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -238,8 +251,11 @@ def _arguments(prog: str) -> argparse.ArgumentParser:
 
 
 def main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> int:
-    """Entry point of ``spark-submit jobs/<name>.py``: run one batch; 0 on success, 1 on error."""
+    """Entry point of ``spark-submit jobs/<name>.py``: run one batch (or a replay), then validate
+    the results table for the quality gate; 0 on success (the validation's verdict is the gate's
+    to report), 1 on error."""
     args = _arguments(f"spark-submit {Path(sys.argv[0]).name}").parse_args(sys.argv[1:] if argv is None else argv)
+    from ..operations.validation import after_run
     from ..storage.session import spark_session
 
     spark = None
@@ -249,17 +265,17 @@ def main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> int:
         if args.replay:
             every = parse_duration(args.every or "")
             spark = spark_session(f"finalresults-{pipeline.name}-replay", metastore=args.metastore)
-            print(
-                replay_summary(
-                    replay_intervals(spark, pipeline, table, start, end, every, args.warehouse, args.landing)
-                )
-            )
+            replayed = replay_intervals(spark, pipeline, table, start, end, every, args.warehouse, args.landing)
+            print(replay_summary(replayed))
+            print(gate_summary(after_run(spark, pipeline, args.warehouse, replayed)))
             return 0
         if end is None:
             raise JobError("--batch-end is required (unless --replay)")
         check_interval(pipeline, start, end)
         spark = spark_session(f"finalresults-{pipeline.name}", metastore=args.metastore)
-        print(summary(run_interval(spark, pipeline, table, start, end, args.warehouse, args.landing, args.catalog)))
+        ran = run_interval(spark, pipeline, table, start, end, args.warehouse, args.landing, args.catalog)
+        print(summary(ran))
+        print(gate_summary(after_run(spark, pipeline, args.warehouse, ran)))
         return 0
     except FrameworkError as e:
         print(f"error: {e}", file=sys.stderr)

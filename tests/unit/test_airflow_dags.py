@@ -164,3 +164,66 @@ def test_published_batches_reads_the_gate_extras_once_per_batch_in_commit_order(
     context = {"triggering_asset_events": {asset: [Event(extra=e) for e in extras]}}
     assert [b["batch_id"] for b in published_batches(context, asset)] == ["b1", "b2"]
     assert published_batches({}, asset) == []
+
+
+def _gate_context():
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    asset = object()
+    events = defaultdict(lambda: SimpleNamespace(extra=None))
+    return asset, {"task": SimpleNamespace(outlets=[asset]), "outlet_events": events}
+
+
+def test_the_quality_gate_reports_the_outcome_its_spark_task_left_without_spark(tmp_path):
+    """The gate reads ``_gate/batch.json``: its batch's outcome annotates the asset event; an
+    outcome of another batch (its Spark task did not run) or failed expectations fail the task;
+    nothing here starts a JVM or imports Great Expectations."""
+    from framework.errors import FrameworkError, QualityGateError
+    from framework.operations.outcome import Outcome, location
+    from framework.orchestration.airflow import quality_gate
+
+    job, warehouse = str(ROOT / "jobs" / "user_alerts.py"), str(tmp_path / "lake")
+    where = Path(location(warehouse, "user_alerts", "batch"))
+    where.parent.mkdir(parents=True)
+    ran = Outcome("batch", "user_alerts", "2026-01-01T01:00:00", 2, 4, "2026-01-01T01:59:46", validated=True)
+    where.write_text(ran.to_json())
+
+    asset, context = _gate_context()
+    with pytest.raises(FrameworkError, match=r"no validation of batch '2026-01-01T02:00:00'.*clear it"):
+        quality_gate(job, warehouse, "2026-01-01T02:00:00+00:00", **context)
+    quality_gate(job, warehouse, "2026-01-01T01:00:00+00:00", **context)
+    assert context["outlet_events"][asset].extra == {
+        "pipeline": "user_alerts",
+        "batch_id": "2026-01-01T01:00:00",
+        "seq": 2,
+        "rows_published": 4,
+        "stream_time": "2026-01-01T01:59:46",
+    }
+
+    failing = "expect_compound_columns_to_be_unique(column_list=['user_id']): 2 of 8 rows unexpected"
+    where.write_text(Outcome(**{**ran.__dict__, "failures": (failing,)}).to_json())
+    asset, context = _gate_context()
+    with pytest.raises(QualityGateError, match=r"1 critical expectation\(s\) failed(.|\n)*2 of 8 rows unexpected"):
+        quality_gate(job, warehouse, "2026-01-01T01:00:00+00:00", **context)
+    assert context["outlet_events"][asset].extra is None  # no event for a batch whose table failed
+
+    where.write_text(ran.to_json())
+    script = (
+        "import sys; from collections import defaultdict; from types import SimpleNamespace as N\n"
+        "from framework.orchestration.airflow import quality_gate\n"
+        f"quality_gate({job!r}, {warehouse!r}, '2026-01-01T01:00:00', task=N(outlets=[]), outlet_events={{}})\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'pyspark', 'great_expectations', 'py4j'}))"
+    )
+    ran_alone = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert ran_alone.returncode == 0, ran_alone.stderr
+    assert ran_alone.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_gate_folder_is_a_reserved_name():
+    from framework import Pipeline, agg
+    from framework.errors import DefinitionError
+    from framework.operations.outcome import GATE
+
+    with pytest.raises(DefinitionError, match=GATE):
+        Pipeline("p").group_by("k").aggregate(agg.count("n")).to(GATE)
