@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import importlib
 import json
 import logging
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -148,8 +146,6 @@ class BatchAttempt:
     def _run(self, input_df: DataFrame, batch_end: dt.datetime | None) -> BatchResult:
         """The protocol's steps (see the module docstring), in order."""
         started_at = time.monotonic()
-        if self.s.quality and self.p.suppression is not None:  # the audit's GX import (seconds) meanwhile
-            threading.Thread(target=importlib.import_module, args=(f"{__package__}.quality",), daemon=True).start()
         inp = self._read(input_df, batch_end)
         pending = self._finish_previous()
         done = self._already_committed(inp)
