@@ -28,7 +28,10 @@ def failed(report):
     return sorted(c.expectation for c in report.checks if not c.success)
 
 
-def test_template_checks_bounds_nulls_counts_and_emission_after_close(spark):
+@pytest.mark.parametrize("in_memory_rows", [quality.IN_MEMORY_ROWS, 0], ids=["pandas", "spark"])
+def test_template_checks_bounds_nulls_counts_and_emission_after_close(spark, monkeypatch, in_memory_rows):
+    """The same findings whether GX validates the rows in memory (pandas) or in Spark."""
+    monkeypatch.setattr(quality, "IN_MEMORY_ROWS", in_memory_rows)
     sessions = (
         Pipeline("visits")
         .group_by("user_id")
