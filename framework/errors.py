@@ -38,8 +38,9 @@ class BufferFullError(FrameworkError):
 
 
 class QualityGateError(FrameworkError):
-    """A critical expectation failed; the batch was neither published nor committed. ``report``
-    is the validation report (``framework.operations.quality.Report``)."""
+    """A critical expectation failed. Raised by a batch's audit, the batch was neither published
+    nor committed, and ``report`` is the validation report (``framework.operations.quality.Report``);
+    raised by the Airflow quality gate, the committed results table failed its validation."""
 
     report: object = None
 

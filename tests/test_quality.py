@@ -177,3 +177,22 @@ def test_run_batch_publishes_nothing_when_a_critical_expectation_fails_and_rerun
     assert not os.path.exists(rt.tables(p).output) and not os.path.exists(rt.tables(p).state)
     assert rt.run_batch(p, "b0", batch).status == "committed"
     assert [(r.k, r.n) for r in rt.read_output(p).collect()] == [("A", 2)]
+
+
+def test_frames_gx_would_judge_differently_in_memory_are_validated_in_spark(spark, monkeypatch):
+    """NaN (pandas reads it as null, Spark as a number) and engine-bound expectations (type
+    names, regex dialects) keep a frame in Spark, as do more than IN_MEMORY_ROWS rows."""
+    import great_expectations as gx
+
+    from framework.operations.suites import load_suite
+
+    suite = load_suite(hourly(), None)
+    rows = spark.createDataFrame([(1.5,), (float("nan"),)], "x double")
+    numbers = rows.filter(~F.isnan("x"))
+    assert quality._engine(numbers, suite) == "pandas"
+    assert quality._engine(rows, suite) == "spark"
+    monkeypatch.setattr(quality, "IN_MEMORY_ROWS", 0)
+    assert quality._engine(numbers, suite) == "spark"
+    monkeypatch.undo()
+    suite.add_expectation(gx.expectations.ExpectColumnValuesToBeOfType(column="x", type_="DoubleType"))
+    assert quality._engine(numbers, suite) == "spark"

@@ -54,6 +54,19 @@ def test_nothing_to_validate_then_valid_then_a_duplicate_fails_the_gate(spark, t
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("finalresults: error: ")
     assert "expect_compound_columns_to_be_unique" in err[0]
-    left = after_run(spark, pipeline, warehouse, b3)
-    assert outcome.read(warehouse, "hourly", "batch") == left and left.validated
+    left = after_run(spark, pipeline, warehouse, b3, run_id="run-3")
+    assert outcome.read(warehouse, "hourly", "batch") == left and left.validated and left.run_id == "run-3"
     assert len(left.failures) == 1 and "expect_compound_columns_to_be_unique" in left.failures[0]
+
+    # a batch that publishes nothing does not pass a table whose last validation failed
+    b4 = rt.run_batch(pipeline, "b4", records(spark, ("c", T(2026, 1, 1, 2, 40), 4)))
+    assert b4.emitted == 0
+    left = after_run(spark, pipeline, warehouse, b4)
+    assert left.validated and len(left.failures) == 1
+    spark.read.format("delta").load(output).dropDuplicates().write.format("delta").mode("overwrite").save(output)
+    b5 = rt.run_batch(pipeline, "b5", records(spark, ("c", T(2026, 1, 1, 2, 45), 5)))
+    left = after_run(spark, pipeline, warehouse, b5)  # the fix by hand is a new version: validated, passes
+    assert (b5.emitted, left.validated, left.success) == (0, True, True)
+    b6 = rt.run_batch(pipeline, "b6", records(spark, ("c", T(2026, 1, 1, 2, 50), 6)))
+    left = after_run(spark, pipeline, warehouse, b6)  # unchanged since that validation: not again
+    assert (b6.emitted, left.validated, left.success) == (0, False, True)

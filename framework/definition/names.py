@@ -26,6 +26,9 @@ def quoted(column: str) -> str:
 # Spark and Delta resolve column names case-insensitively, and a warehouse may live on a store
 # that folds case, so every comparison below ignores case.
 
+#: The folder where a job leaves the validation outcome its DAG's quality gate reads.
+GATE = "_gate"
+
 #: Entries the framework keeps beside the sink under ``<warehouse>/<pipeline>/``, with what they are.
 RESERVED_TABLES: dict[str, str] = {
     "_ledger": "batch ledger table",
@@ -34,7 +37,7 @@ RESERVED_TABLES: dict[str, str] = {
     "late_records": "late records table",
     "metrics": "metrics table",
     "_staging": "staging folder",
-    "_gate": "quality-gate outcomes folder",
+    GATE: "quality-gate outcomes folder",
 }
 
 #: Prefix of the suppression buffer tables, ``buffer_<suppression name>`` (``buffer_suppress``

@@ -3,17 +3,21 @@ validation of the results table found, in ``<warehouse>/<pipeline>/_gate/<kind>.
 
 The job validates in the Spark session it already has (``validation.after_run``), so the
 Airflow task that follows reads this small file and starts neither a JVM nor Great Expectations
-(docs/design.md#dags). This module imports neither: the quality-gate task runs it.
+(docs/design.md#dags). This module imports neither: the quality-gate task runs it. It reads a
+local disk, or an object store through ``pyarrow.fs`` (``s3``/``s3a``, ``gs``, ``abfs``) with
+the Airflow worker's own credentials.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from urllib.parse import urlparse
 
-GATE = "_gate"  # the folder, beside the pipeline's tables (a reserved name)
+from ..definition.names import GATE
+from ..errors import FrameworkError
+
 KINDS = ("batch", "replay")
 
 
@@ -27,10 +31,12 @@ class Outcome:
     seq: int | None  # the batch's sequence number (a replay: its last batch's)
     rows_published: int
     stream_time: str | None  # ISO
-    validated: bool  # False: the run published no row, so the table was not validated again
+    validated: bool  # False: the table was validated before, as it is now (same version, passed)
     failures: tuple[str, ...] = ()  # the failed critical expectations, described
     summary: str = ""  # the validation report's summary (warnings included)
     docs: str | None = None  # Data Docs page of the validation
+    table_version: int | None = None  # the results table's Delta version validated (None: no table)
+    run_id: str | None = None  # the Airflow run whose Spark task left it (``--run-id``)
 
     @property
     def success(self) -> bool:
@@ -41,8 +47,12 @@ class Outcome:
 
     @classmethod
     def from_json(cls, text: str) -> Outcome:
+        """An outcome as written, ignoring keys a newer version may add."""
         values = json.loads(text)
-        return cls(**{**values, "failures": tuple(values.get("failures") or ())})
+        known = {f.name for f in fields(cls)}
+        return cls(
+            **{k: v for k, v in values.items() if k in known} | {"failures": tuple(values.get("failures") or ())}
+        )
 
 
 def location(warehouse: str, pipeline: str, kind: str) -> str:
@@ -53,18 +63,29 @@ def location(warehouse: str, pipeline: str, kind: str) -> str:
 
 
 def read(warehouse: str, pipeline: str, kind: str) -> Outcome | None:
-    """The outcome the last run of ``kind`` left, or None: on a local disk, or through
-    ``pyarrow.fs`` on an object store or HDFS (``s3a://`` read as ``s3://``)."""
+    """The outcome the last run of ``kind`` left, or None if there is none."""
     where = location(warehouse, pipeline, kind)
+    try:
+        text = _text(where)
+        return None if text is None else Outcome.from_json(text)
+    except (OSError, ValueError, TypeError) as e:  # pyarrow's errors are OSError or ValueError (ArrowInvalid)
+        raise FrameworkError(
+            f"pipeline {pipeline!r}: cannot read the quality-gate outcome {where}: {e}. The Airflow worker reads "
+            "it without Spark: a local path, or an s3/s3a, gs or abfs URI with the worker's own credentials "
+            "(docs/design.md#dags)."
+        ) from e
+
+
+def _text(where: str) -> str | None:
     scheme = urlparse(where).scheme
     if len(scheme) <= 1 or scheme == "file":  # a path, a Windows drive, or a file URI
         path = Path(urlparse(where).path if scheme == "file" else where)
-        return Outcome.from_json(path.read_text("utf-8")) if path.is_file() else None
+        return path.read_text("utf-8") if path.is_file() else None
     from pyarrow import fs
 
     filesystem, path = fs.FileSystem.from_uri("s3://" + where[len("s3a://") :] if scheme == "s3a" else where)
     try:
         with filesystem.open_input_stream(path) as stream:
-            return Outcome.from_json(stream.read().decode("utf-8"))
+            return stream.read().decode("utf-8")
     except FileNotFoundError:
         return None

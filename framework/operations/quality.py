@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import great_expectations as gx
+import pandas as pd
 from great_expectations.checkpoint import UpdateDataDocsAction
 from great_expectations.core.run_identifier import RunIdentifier
 from great_expectations.data_context.types.base import (
@@ -31,6 +32,7 @@ from great_expectations.data_context.types.base import (
 )
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import DoubleType, FloatType
 
 from ..definition.pipeline import Pipeline
 from ..errors import QualityGateError
@@ -43,8 +45,18 @@ EXAMPLES = 3
 SITE = "warehouse"
 #: Frames of at most this many rows are validated in memory (GX's pandas engine): a batch's
 #: audit usually checks a few hundred rows, and GX's Spark engine runs a Spark job per metric
-#: (seconds in a fresh process); larger frames stay in Spark.
+#: (seconds in a fresh process); larger frames stay in Spark (``_engine``).
 IN_MEMORY_ROWS = 100_000
+#: Expectations whose verdict depends on the engine (type names, regex dialects): a suite with
+#: any of them is always validated in Spark, as ``finalresults validate`` does on large tables.
+SPARK_ONLY = (
+    "expect_column_values_to_be_of_type",
+    "expect_column_values_to_be_in_type_list",
+    "expect_column_values_to_match_regex",
+    "expect_column_values_to_not_match_regex",
+    "expect_column_values_to_match_regex_list",
+    "expect_column_values_to_not_match_regex_list",
+)
 RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": EXAMPLES, "include_unexpected_rows": True}
 RESULTS_SCHEMA = (
     "suite string, pipeline string, batch_id string, expectation string, severity string, "
@@ -193,8 +205,11 @@ def _number(value):
 
 
 def _plain(value):
-    if isinstance(value, float) and math.isnan(value):  # the pandas engine's null
+    """An example row's value as JSON shows it, whichever engine found it."""
+    if value is pd.NaT or (isinstance(value, float) and math.isnan(value)):  # the pandas engine's nulls
         return None
+    if hasattr(value, "tolist"):  # the pandas engine's numpy arrays and scalars
+        return value.tolist()
     if isinstance(value, dt.datetime):
         return value.isoformat(sep=" ")
     return value.isoformat() if isinstance(value, dt.date) else value
@@ -261,8 +276,8 @@ def _run(
     now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
     frame = _with_close_time(p, df).persist()  # GX's Spark engine runs a few dozen small jobs over it
     try:
-        rows = frame.limit(IN_MEMORY_ROWS + 1).toPandas()
-        engine, data = ("pandas", rows) if len(rows) <= IN_MEMORY_ROWS else ("spark", frame)
+        engine = _engine(frame, suite)
+        data = frame.toPandas() if engine == "pandas" else frame
         with _GX_LOCK:
             context = _context(root)
             run = _checkpoint(context, suite, root is not None, engine).run(
@@ -278,6 +293,18 @@ def _run(
         _persist(spark, p, report, root)
     log.info("%s", report.summary())
     return report
+
+
+def _engine(frame: DataFrame, suite: gx.ExpectationSuite) -> str:
+    """``pandas`` for a frame GX validates alike in memory, else ``spark``: at most
+    ``IN_MEMORY_ROWS`` rows, no NaN (pandas reads it as null, Spark as a number above all others)
+    and no ``SPARK_ONLY`` expectation. One Spark job counts the rows and the NaNs."""
+    if any(e.expectation_type in SPARK_ONLY for e in suite.expectations):
+        return "spark"
+    floats = [f.name for f in frame.schema.fields if isinstance(f.dataType, (DoubleType, FloatType))]
+    counts = frame.agg(F.count(F.lit(1)), *[F.count(F.when(F.isnan(F.col(c)), 1)) for c in floats]).first()
+    assert counts is not None  # an aggregate without grouping has one row
+    return "pandas" if counts[0] <= IN_MEMORY_ROWS and not any(counts[1:]) else "spark"
 
 
 def validate(

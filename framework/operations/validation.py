@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..definition.pipeline import Pipeline
 from ..errors import FrameworkError
-from .outcome import Outcome, location
+from .outcome import KINDS, Outcome, location
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,21 +40,29 @@ def validate_results(spark: SparkSession, p: Pipeline, warehouse: str) -> Report
     return quality.validate_table(spark, p, rt.read_output(p), warehouse_root=warehouse)
 
 
-def after_run(spark: SparkSession, p: Pipeline, warehouse: str, run: BatchResult | ReplayResult) -> Outcome:
-    """Validate the results table if ``run`` (a batch committed or found committed, or a
-    replay) published rows, and leave the outcome for the quality-gate task (``outcome``).
+def after_run(
+    spark: SparkSession, p: Pipeline, warehouse: str, run: BatchResult | ReplayResult, run_id: str | None = None
+) -> Outcome:
+    """Validate the results table after ``run`` (a batch committed or found committed, or a
+    replay) and leave the outcome for the quality-gate task of Airflow run ``run_id``.
 
-    A run that published nothing left the table as the previous run's gate found it, so it is
-    not validated again (and Great Expectations is not imported)."""
-    from ..storage import files
+    The table is not validated again when an earlier outcome (of a batch or a replay) passed on
+    the very version it is at now: then nobody changed it since, and Great Expectations is not
+    imported. Any other commit on it (a batch's rows, a replay, an edit by hand, maintenance)
+    or a failed earlier validation makes this one validate."""
+    from ..storage import files, tables
     from .replay import ReplayResult
+    from .runtime import Runtime
 
     if isinstance(run, ReplayResult):
         kind, batch, last = "replay", f"{run.first}..{run.last}", (run.batches[-1] if run.batches else None)
         seq, stream_time = (last.seq, last.stream_time) if last else (None, None)
     else:
         kind, batch, seq, stream_time = "batch", run.batch_id, run.seq, run.stream_time
-    report = validate_results(spark, p, warehouse) if run.emitted else None
+    version = tables.latest_version(spark, Runtime(spark, warehouse).tables(p).output)
+    earlier = [found for k in KINDS if (found := _left(spark, warehouse, p.name, k)) is not None]
+    unchanged = any(e.success and e.table_version == version for e in earlier)
+    report = None if version is None or unchanged else validate_results(spark, p, warehouse)
     found = Outcome(
         kind=kind,
         pipeline=p.name,
@@ -66,6 +74,16 @@ def after_run(spark: SparkSession, p: Pipeline, warehouse: str, run: BatchResult
         failures=tuple(c.describe() for c in report.failed_critical) if report else (),
         summary=report.summary() if report else "",
         docs=report.docs if report else None,
+        table_version=version,
+        run_id=run_id,
     )
     files.put_text(spark, location(warehouse, p.name, kind), found.to_json())
     return found
+
+
+def _left(spark: SparkSession, warehouse: str, pipeline: str, kind: str) -> Outcome | None:
+    """The outcome the last run of ``kind`` left (read as the job writes it: through Hadoop)."""
+    from ..storage import files
+
+    text = files.get_text(spark, location(warehouse, pipeline, kind))
+    return Outcome.from_json(text) if text else None

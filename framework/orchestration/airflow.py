@@ -55,6 +55,7 @@ log = logging.getLogger("framework.airflow")
 # spark-submit starts the JVM before the job's Python runs, so Delta's jars must be on its command line.
 DELTA_PACKAGE = f"io.delta:delta-spark_2.13:{version('delta-spark')}"
 INTERVAL_START = "{{ data_interval_start.isoformat() }}"
+RUN_ID = "{{ run_id }}"  # the quality gate reads only the outcome its own run's Spark task left
 
 
 def results_asset(job_module: str, warehouse: str) -> Asset:
@@ -90,40 +91,41 @@ def published_batches(context: Mapping[str, Any], asset: Asset) -> list[dict]:
     return sorted(batches.values(), key=lambda b: b["seq"])
 
 
-def quality_gate(job: str, warehouse: str, batch_start: str | None = None, **context: Any) -> None:
-    """Task callable: report the validation of the job's results table that its Spark task ran
-    after the batch (or replay) and left in ``<warehouse>/<pipeline>/_gate/`` (``framework.operations.outcome``);
-    fail listing the failed critical expectations. No Spark, no Great Expectations here.
+def quality_gate(
+    job: str, warehouse: str, batch_start: str | None = None, replay: bool = False, **context: Any
+) -> None:
+    """Task callable: report the validation of the job's results table that this DAG run's Spark
+    task ran after its batch (or, with ``replay``, its replay) and left in
+    ``<warehouse>/<pipeline>/_gate/`` (``framework.operations.outcome``); fail listing the failed
+    critical expectations. No Spark, no Great Expectations here.
 
-    Given the run's ``batch_start`` (its data interval start), it checks the outcome is that
-    batch's and annotates the task's results-asset event (docs/design.md#downstream) with what the
-    batch committed: batch id, seq, rows published, stream time. Without, it reports the last replay.
+    The outcome must be this DAG run's (``--run-id``) and, given the run's ``batch_start`` (its
+    data interval start), that batch's; then the task's results-asset event (docs/design.md#downstream)
+    carries what the batch committed: batch id, seq, rows published, stream time.
     """
     pipeline = load_job(job).PIPELINE
-    kind = "replay" if batch_start is None else "batch"
+    kind = "replay" if replay else "batch"
     found = outcome.read(warehouse, pipeline.name, kind)
     expected = None if batch_start is None else batch_id(parse_time(batch_start, "batch start"))
-    if found is None or (expected is not None and found.batch_id != expected):
+    run_id = context.get("run_id")
+    if found is None or (run_id and found.run_id != run_id) or (expected and found.batch_id != expected):
         raise FrameworkError(
-            f"pipeline {pipeline.name!r}: no validation of {f'batch {expected!r}' if expected else 'a replay'} "
-            f"in {outcome.location(warehouse, pipeline.name, kind)}: its Spark task must succeed first "
-            "(clear it: a committed batch re-runs as 'already committed' and validates again)"
+            f"pipeline {pipeline.name!r}: {outcome.location(warehouse, pipeline.name, kind)} holds no validation "
+            f"by this run's Spark task{f' of batch {expected!r}' if expected else ''}"
+            + (f" (it holds {found.kind} {found.batch_id!r} of run {found.run_id!r})" if found else "")
+            + ": clear the Spark task to run it again (a committed batch reports 'already committed' and "
+            "validates again)."
         )
     if not found.validated:
-        log.info(
-            "pipeline %r: %s %r published no row: the table was not validated again",
-            pipeline.name,
-            kind,
-            found.batch_id,
-        )
+        log.info("pipeline %r: the results table is unchanged since a validation that passed", pipeline.name)
     else:
         log.info("%s%s", found.summary, f"\nData Docs: {found.docs}" if found.docs else "")
     if not found.success:
         listed = "\n".join(f"  - {f}" for f in found.failures)
         raise QualityGateError(
             f"pipeline {pipeline.name!r}, {kind} {found.batch_id!r}: {len(found.failures)} critical "
-            f"expectation(s) failed on the results table:\n{listed}\nFix the table before anyone downstream "
-            "reads it, then clear the Spark task to validate again."
+            f"expectation(s) failed on the results table (version {found.table_version}):\n{listed}\n"
+            "Fix the table before anyone downstream reads it, then clear the Spark task to validate again."
             + (f" Data Docs: {found.docs}" if found.docs else "")
         )
     for asset in context["task"].outlets if expected is not None else ():
@@ -178,12 +180,12 @@ def _submit(
 
 
 def _gate(application: str, warehouse: str, outlet: Asset | None = None) -> PythonOperator:
-    batch = {"batch_start": INTERVAL_START} if outlet is not None else {}
+    run = {"batch_start": INTERVAL_START} if outlet is not None else {"replay": True}
     return PythonOperator(
         task_id="quality_gate",
         python_callable=quality_gate,
         outlets=[outlet] if outlet else [],
-        op_kwargs={"job": application, "warehouse": warehouse, **batch},
+        op_kwargs={"job": application, "warehouse": warehouse, **run},
     )
 
 
@@ -265,6 +267,8 @@ def pipeline_dag(
                 "--landing",
                 landing,
                 *registered,
+                "--run-id",
+                RUN_ID,
             ],
             conn_id=conn_id,
             spark_conf=spark_conf,
@@ -335,6 +339,8 @@ def replay_dag(
                 warehouse,
                 "--landing",
                 landing,
+                "--run-id",
+                RUN_ID,
             ],
             conn_id=conn_id,
             spark_conf=spark_conf,

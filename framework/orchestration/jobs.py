@@ -8,7 +8,7 @@ so ids increase with time and re-running an interval is an idempotent no-op (doc
 With ``--replay`` the same entry point replays committed intervals from the landing table as it
 is now (``replay_intervals``, docs/design.md#replay): the replay DAG submits that. After either,
 the job validates the results table in its own Spark session and leaves the outcome for the DAG's
-quality-gate task (``framework.operations.outcome``), which so needs no Spark of its own.
+quality-gate task (``framework.operations.outcome``), which then needs no Spark of its own.
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ def replay_summary(result: ReplayResult) -> str:
 def gate_summary(found: Outcome) -> str:
     """One line on the results table's validation after a run, which the quality gate reports."""
     if not found.validated:
-        return f"{found.pipeline} results: not validated again (this run published no row)"
+        return f"{found.pipeline} results: not validated again (unchanged since a validation that passed)"
     verdict = "valid" if found.success else f"{len(found.failures)} critical expectation(s) failed"
     return f"{found.pipeline} results: {verdict}; the quality_gate task reports it" + (
         f" (Data Docs: {found.docs})" if found.docs else ""
@@ -247,6 +247,7 @@ def _arguments(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--landing", required=True, help="folder of the landing Delta tables")
     parser.add_argument("--catalog", help="also keep the pipeline's tables in this catalog schema")
     parser.add_argument("--metastore", help="folder of an embedded metastore for --catalog (one machine only)")
+    parser.add_argument("--run-id", help="the Airflow run whose quality gate reads this run's validation outcome")
     return parser
 
 
@@ -267,7 +268,7 @@ def main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> int:
             spark = spark_session(f"finalresults-{pipeline.name}-replay", metastore=args.metastore)
             replayed = replay_intervals(spark, pipeline, table, start, end, every, args.warehouse, args.landing)
             print(replay_summary(replayed))
-            print(gate_summary(after_run(spark, pipeline, args.warehouse, replayed)))
+            print(gate_summary(after_run(spark, pipeline, args.warehouse, replayed, args.run_id)))
             return 0
         if end is None:
             raise JobError("--batch-end is required (unless --replay)")
@@ -275,7 +276,7 @@ def main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> int:
         spark = spark_session(f"finalresults-{pipeline.name}", metastore=args.metastore)
         ran = run_interval(spark, pipeline, table, start, end, args.warehouse, args.landing, args.catalog)
         print(summary(ran))
-        print(gate_summary(after_run(spark, pipeline, args.warehouse, ran)))
+        print(gate_summary(after_run(spark, pipeline, args.warehouse, ran, args.run_id)))
         return 0
     except FrameworkError as e:
         print(f"error: {e}", file=sys.stderr)

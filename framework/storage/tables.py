@@ -12,6 +12,7 @@ Per pipeline, under ``<warehouse>/<pipeline>/`` (see ``docs/design.md#state-tabl
 - ``late_records`` records that landed in no window, with the stream time that made them late
 - ``metrics``      one row per batch (KIP-328 metric names, with ``_`` for ``-``)
 - ``_staging/``    what a batch attempt will publish once it has committed (removed after)
+- ``_gate/``       the last job run's validation outcome, for the DAG's quality gate (``framework.operations.outcome``)
 """
 
 from __future__ import annotations

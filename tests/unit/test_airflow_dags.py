@@ -81,11 +81,11 @@ def test_spark_submit_then_quality_gate(dagbag, dag_id):
         "--batch-end",
         "{{ data_interval_end.isoformat() }}",
     ]
-    assert args[4::2] == ["--warehouse", "--landing"]
+    assert args[4::2] == ["--warehouse", "--landing", "--run-id"] and args[-1] == "{{ run_id }}"
     # the gate's outlet is the results table's asset; its event names the run's batch (docs/design.md#downstream)
     sink = dagbag.dags[dag_id].get_task("spark_batch")  # same job module as the gate
     assert [a.uri for a in gate.outlets] == [f"file://{args[5]}/{dag_id}/{_sink(sink.application)}"]
-    assert gate.op_kwargs["batch_start"] == args[1]
+    assert gate.op_kwargs["batch_start"] == args[1] and "replay" not in gate.op_kwargs
 
 
 def _sink(job_file: str) -> str:
@@ -124,6 +124,8 @@ def test_a_replay_dag_submits_the_job_with_its_params_then_gates(dagbag):
         "--every",
         "3600s",
     ]
+    assert replay.application_args[-2:] == ["--run-id", "{{ run_id }}"]
+    assert dag.get_task("quality_gate").op_kwargs["replay"] is True
 
 
 def test_a_catalog_schema_is_passed_to_the_job_and_the_dag_can_end():
@@ -143,7 +145,9 @@ def test_a_catalog_schema_is_passed_to_the_job_and_the_dag_can_end():
         metastore="/m",
         dag_id="with_catalog",
     )
-    assert dag.get_task("spark_batch").application_args[-4:] == ["--catalog", "lake", "--metastore", "/m"]
+    args = dag.get_task("spark_batch").application_args
+    assert args[args.index("--catalog") :][:4] == ["--catalog", "lake", "--metastore", "/m"]
+    assert args[-2:] == ["--run-id", "{{ run_id }}"]
     assert dag.end_date == start + dt.timedelta(hours=5)
 
 
@@ -172,13 +176,13 @@ def _gate_context():
 
     asset = object()
     events = defaultdict(lambda: SimpleNamespace(extra=None))
-    return asset, {"task": SimpleNamespace(outlets=[asset]), "outlet_events": events}
+    return asset, {"task": SimpleNamespace(outlets=[asset]), "outlet_events": events, "run_id": "run-2"}
 
 
 def test_the_quality_gate_reports_the_outcome_its_spark_task_left_without_spark(tmp_path):
-    """The gate reads ``_gate/batch.json``: its batch's outcome annotates the asset event; an
-    outcome of another batch (its Spark task did not run) or failed expectations fail the task;
-    nothing here starts a JVM or imports Great Expectations."""
+    """The gate reads ``_gate/batch.json``: its run's outcome of its batch annotates the asset
+    event; an outcome of another batch or run (its Spark task did not run) or failed expectations
+    fail the task; nothing here starts a JVM or imports Great Expectations."""
     from framework.errors import FrameworkError, QualityGateError
     from framework.operations.outcome import Outcome, location
     from framework.orchestration.airflow import quality_gate
@@ -186,11 +190,17 @@ def test_the_quality_gate_reports_the_outcome_its_spark_task_left_without_spark(
     job, warehouse = str(ROOT / "jobs" / "user_alerts.py"), str(tmp_path / "lake")
     where = Path(location(warehouse, "user_alerts", "batch"))
     where.parent.mkdir(parents=True)
-    ran = Outcome("batch", "user_alerts", "2026-01-01T01:00:00", 2, 4, "2026-01-01T01:59:46", validated=True)
-    where.write_text(ran.to_json())
-
     asset, context = _gate_context()
-    with pytest.raises(FrameworkError, match=r"no validation of batch '2026-01-01T02:00:00'.*clear it"):
+    with pytest.raises(FrameworkError, match=r"holds no validation by this run's Spark task.*clear the Spark task"):
+        quality_gate(job, warehouse, "2026-01-01T01:00:00+00:00", **context)  # no file yet
+
+    ran = Outcome("batch", "user_alerts", "2026-01-01T01:00:00", 2, 4, "2026-01-01T01:59:46", True, run_id="run-1")
+    where.write_text(ran.to_json())
+    with pytest.raises(FrameworkError, match=r"it holds batch '2026-01-01T01:00:00' of run 'run-1'"):
+        quality_gate(job, warehouse, "2026-01-01T01:00:00+00:00", **context)  # another run's outcome
+    ran = Outcome(**{**ran.__dict__, "run_id": "run-2"})
+    where.write_text(ran.to_json())
+    with pytest.raises(FrameworkError, match=r"of batch '2026-01-01T02:00:00'"):
         quality_gate(job, warehouse, "2026-01-01T02:00:00+00:00", **context)
     quality_gate(job, warehouse, "2026-01-01T01:00:00+00:00", **context)
     assert context["outlet_events"][asset].extra == {
@@ -212,7 +222,8 @@ def test_the_quality_gate_reports_the_outcome_its_spark_task_left_without_spark(
     script = (
         "import sys; from collections import defaultdict; from types import SimpleNamespace as N\n"
         "from framework.orchestration.airflow import quality_gate\n"
-        f"quality_gate({job!r}, {warehouse!r}, '2026-01-01T01:00:00', task=N(outlets=[]), outlet_events={{}})\n"
+        f"quality_gate({job!r}, {warehouse!r}, '2026-01-01T01:00:00', task=N(outlets=[]), outlet_events={{}}, "
+        "run_id='run-2')\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'pyspark', 'great_expectations', 'py4j'}))"
     )
     ran_alone = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
@@ -225,5 +236,25 @@ def test_the_gate_folder_is_a_reserved_name():
     from framework.errors import DefinitionError
     from framework.operations.outcome import GATE
 
-    with pytest.raises(DefinitionError, match=GATE):
-        Pipeline("p").group_by("k").aggregate(agg.count("n")).to(GATE)
+    for name in (GATE, GATE.upper()):
+        with pytest.raises(DefinitionError, match="quality-gate outcomes folder"):
+            Pipeline("p").group_by("k").aggregate(agg.count("n")).to(name)
+
+
+def test_a_replay_gate_reads_the_replay_outcome_and_emits_no_asset_event(tmp_path):
+    from framework.errors import FrameworkError
+    from framework.operations.outcome import Outcome, location
+    from framework.orchestration.airflow import quality_gate
+
+    job, warehouse = str(ROOT / "jobs" / "user_alerts.py"), str(tmp_path / "lake")
+    where = Path(location(warehouse, "user_alerts", "replay"))
+    where.parent.mkdir(parents=True)
+    where.write_text(Outcome("replay", "user_alerts", "a..b", 3, 0, None, False, run_id="manual-1").to_json())
+    asset, context = _gate_context()
+    with pytest.raises(FrameworkError, match="replay 'a..b' of run 'manual-1'"):  # an earlier replay's
+        quality_gate(job, warehouse, replay=True, **context)
+    quality_gate(job, warehouse, replay=True, **{**context, "run_id": "manual-1"})
+    assert context["outlet_events"][asset].extra is None
+    where.write_text("{not json")
+    with pytest.raises(FrameworkError, match="cannot read the quality-gate outcome"):
+        quality_gate(job, warehouse, replay=True, **context)
