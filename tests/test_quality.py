@@ -111,6 +111,23 @@ def test_gate_records_warnings_and_refuses_a_batch_failing_a_critical_expectatio
     assert passed.docs.startswith("file://") and os.path.isfile(passed.docs[len("file://") :])
 
 
+def test_a_warehouse_given_as_a_file_url_keeps_results_and_data_docs_inside_it(spark, warehouse, suites):
+    """Before, the URL went through ``os.path.abspath``: results landed under ``./file:/...``."""
+    p = hourly()
+    report = quality.validate(
+        spark,
+        p,
+        spark.createDataFrame([row("a", 0, 2, "b1", T(2026, 1, 1, 1, 10))], FINAL),
+        "b1",
+        warehouse_root=f"file://{warehouse}",
+        expectations_dir=suites,
+    )
+    results = spark.read.format("delta").load(os.path.join(warehouse, "quality_results"))
+    assert results.filter("batch_id = 'b1'").count() == len(report.checks) == 10
+    assert report.docs is not None and report.docs.startswith(f"file://{warehouse}/data_docs/")
+    assert os.path.isfile(report.docs[len("file://") :])
+
+
 def test_a_window_published_by_an_earlier_batch_fails_the_gate_and_the_table_check(spark, warehouse):
     p = hourly("hourly_counts")
     rt = Runtime(spark, warehouse)

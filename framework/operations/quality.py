@@ -3,8 +3,9 @@ and write-audit-publish.
 
 ``gate`` audits a batch's rows before they are published: a failed critical expectation raises
 ``QualityGateError`` and the batch writes nothing; warnings are only recorded. Every run given a
-warehouse appends its results to the Delta table ``<warehouse>/quality_results`` and updates GX
-Data Docs under ``<warehouse>/data_docs/`` (GX keeps suites and raw results in ``<warehouse>/gx/``).
+warehouse appends its results to the Delta table ``<warehouse>/quality_results`` and, for a
+warehouse on local disk, updates GX Data Docs under ``<warehouse>/data_docs/`` (GX keeps suites and
+raw results in ``<warehouse>/gx/``; its file stores reach local disks only).
 
 GX is imported here and in ``suites`` only: importing it takes seconds, and DAG files must stay light.
 """
@@ -272,7 +273,7 @@ def _run(
     expectations_dir: str | Path | None,
 ) -> Report:
     suite = load_suite(p, expectations_dir)
-    root = os.path.abspath(warehouse_root) if warehouse_root else None
+    root = locks.local_path(warehouse_root) if warehouse_root else None  # GX's file stores reach local disks only
     now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
     frame = _with_close_time(p, df).persist()  # GX's Spark engine runs a few dozen small jobs over it
     try:
@@ -289,8 +290,8 @@ def _run(
         frame.unpersist()
     docs = urls[0]["site_url"] if urls else None
     report = Report(suite.name, batch_id, tuple(_check(r) for r in result.results), now, docs)
-    if root is not None:
-        _persist(spark, p, report, root)
+    if warehouse_root:
+        _persist(spark, p, report, root or warehouse_root)
     log.info("%s", report.summary())
     return report
 

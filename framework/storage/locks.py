@@ -72,13 +72,21 @@ def is_local(path: str) -> bool:
     return urlparse(path).scheme in ("", "file")
 
 
+def local_path(path: str) -> str | None:
+    """``path`` as an absolute path on the local disk, or None if it is elsewhere."""
+    if not is_local(path):
+        return None
+    parsed = urlparse(path)
+    return os.path.abspath(parsed.path if parsed.scheme else path)
+
+
 def committing(path: str) -> AbstractContextManager:
     """A lock to hold while committing to the Delta table at ``path``: ``<table>.lock`` beside
     it on a local disk; nothing elsewhere, where the store's put-if-absent is atomic."""
-    if not is_local(path):
+    local = local_path(path)
+    if local is None:
         return nullcontext()
-    parsed = urlparse(path)
-    lock_file = os.path.abspath(parsed.path if parsed.scheme else path).rstrip("/") + ".lock"
+    lock_file = local.rstrip("/") + ".lock"
     with _locks_guard:
         return _locks.setdefault(lock_file, _FileLock(lock_file))
 

@@ -59,3 +59,12 @@ with locks.committing({table!r}), locks.committing({table!r}):   # re-entrant
     finally:
         held.kill()
     assert isinstance(locks.committing("s3a://bucket/t"), nullcontext)
+
+
+def test_local_paths_are_absolute_and_other_stores_have_none(tmp_path, monkeypatch):
+    from framework.storage import locks
+
+    monkeypatch.chdir(tmp_path)
+    assert locks.local_path("wh/p") == str(tmp_path / "wh" / "p")
+    assert locks.local_path(f"file://{tmp_path}/wh") == f"{tmp_path}/wh"
+    assert locks.local_path("s3a://bucket/wh") is None and locks.local_path("hdfs://nn:8020/wh") is None
