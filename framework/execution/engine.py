@@ -273,7 +273,7 @@ def _sessions(b: Batch, w: SessionWindows) -> Outcome:
         .withColumnRenamed("_end", "window_end")
         .withColumn(CLOSE, w.close(F.col("window_end")))
     )
-    merged = merged.withColumn(BUCKET, _bucket(b)).select(*state_cols)
+    merged = b.cache(merged.withColumn(BUCKET, _bucket(b)).select(*state_cols))
     gone = old.join(merged.select(*keys, "window_start"), [*keys, "window_start"], "left_anti")
     closing = stored.filter(F.col(CLOSE) <= b.sta).join(touched_keys, keys, "left_anti")
     changes = (
