@@ -4,6 +4,7 @@ aggregate (C, the floor), over the same generated batches, in one Spark session.
     .venv/bin/python bench/vs_streaming.py --workload tumbling --size quick
     .venv/bin/python bench/vs_streaming.py --workload tumbling --size standard
     .venv/bin/python bench/vs_streaming.py --workload tumbling --size quick --lateness record
+    .venv/bin/python bench/vs_streaming.py --workload tumbling --size large   # 1M events per batch
     .venv/bin/python bench/vs_streaming.py --size scaling     # A alone: 100k vs 10M open windows
 
 A runs ``Runtime.run_batch`` with ``lateness="batch"`` (Structured Streaming's watermark rule), so
@@ -56,8 +57,9 @@ SCHEMA = StructType(
 )
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 KEYS = ["user_id", "window_start", "window_end", "events", "total"]
-# events, batches, keys; one hour of event time per batch.
-SIZES = {"quick": (100_000, 10, 1_000), "standard": (2_000_000, 20, 10_000)}
+# events, batches, keys; one hour of event time per batch. ``large``: a million events per batch,
+# where per-event work outweighs the fixed cost of a batch.
+SIZES = {"quick": (100_000, 10, 1_000), "standard": (2_000_000, 20, 10_000), "large": (5_000_000, 5, 100_000)}
 
 
 @dataclass(frozen=True)
