@@ -3,6 +3,8 @@ what happened, and what to do about it."""
 
 from __future__ import annotations
 
+from typing import Sequence
+
 
 class FrameworkError(Exception):
     """Base class of every error this framework raises on purpose."""
@@ -43,6 +45,16 @@ class QualityGateError(FrameworkError):
     raised by the Airflow quality gate, the committed results table failed its validation."""
 
     report: object = None
+
+    @classmethod
+    def listing(cls, where: str, failures: Sequence[str], what_now: str, docs: str | None) -> QualityGateError:
+        """The error of a gate that found ``failures`` (failed critical expectations, described)
+        in ``where`` (what was validated), with advice and the Data Docs page."""
+        listed = "\n".join(f"  - {f}" for f in failures)
+        return cls(
+            f"{where}: {len(failures)} critical expectation(s) failed:\n{listed}\n{what_now}"
+            + (f" Data Docs: {docs}" if docs else "")
+        )
 
 
 class ReplayError(FrameworkError):

@@ -116,11 +116,9 @@ class Report:
         """Raise ``QualityGateError`` listing each failed critical expectation, with ``what_now`` advice."""
         if self.success:
             return
-        failed = "\n".join(f"  - {c.describe()}" for c in self.failed_critical)
         batch = f", batch {self.batch_id!r}" if self.batch_id else ""
-        error = QualityGateError(
-            f"pipeline {self.suite!r}{batch}: {len(self.failed_critical)} critical expectation(s) failed:\n"
-            f"{failed}\n{what_now}" + (f" Data Docs: {self.docs}" if self.docs else "")
+        error = QualityGateError.listing(
+            f"pipeline {self.suite!r}{batch}", [c.describe() for c in self.failed_critical], what_now, self.docs
         )
         error.report = self
         raise error

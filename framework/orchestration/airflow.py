@@ -121,12 +121,11 @@ def quality_gate(
     else:
         log.info("%s%s", found.summary, f"\nData Docs: {found.docs}" if found.docs else "")
     if not found.success:
-        listed = "\n".join(f"  - {f}" for f in found.failures)
-        raise QualityGateError(
-            f"pipeline {pipeline.name!r}, {kind} {found.batch_id!r}: {len(found.failures)} critical "
-            f"expectation(s) failed on the results table (version {found.table_version}):\n{listed}\n"
-            "Fix the table before anyone downstream reads it, then clear the Spark task to validate again."
-            + (f" Data Docs: {found.docs}" if found.docs else "")
+        raise QualityGateError.listing(
+            f"pipeline {pipeline.name!r}, {kind} {found.batch_id!r}, results table version {found.table_version}",
+            found.failures,
+            "Fix the table before anyone downstream reads it, then clear the Spark task to validate again.",
+            found.docs,
         )
     for asset in context["task"].outlets if expected is not None else ():
         context["outlet_events"][asset].extra = {
