@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 from delta.tables import DeltaTable
 
 from ..errors import FrameworkError
-from . import files, tables
+from . import files, locks, tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -94,9 +94,6 @@ def _absolute(spark: SparkSession, path: str) -> str:
 
 def _same_location(a: str, b: str) -> bool:
     def normal(location: str) -> str:
-        parsed = urlparse(location)
-        if parsed.scheme in ("", "file"):
-            return os.path.normpath(os.path.abspath(parsed.path))
-        return location.rstrip("/")
+        return locks.local_path(location) or location.rstrip("/")
 
     return normal(a) == normal(b)
