@@ -18,8 +18,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from ..definition.pipeline import Pipeline
 from ..errors import FrameworkError
+from ..storage import bookkeeping, compaction, ledger, tables
 from ..storage import catalog as tables_catalog
-from ..storage import compaction, ledger, tables
 from .attempt import BatchAttempt, BatchResult, cause, result_of
 from .replay import ReplayBatch, ReplayResult, replay
 from .settings import Settings
@@ -87,7 +87,7 @@ class Runtime:
     # ---- reading ---------------------------------------------------------------------------
     def ledger(self, p: Pipeline) -> DataFrame:
         """The batch ledger: a 'committed' row per batch ('replaced' once a replay re-ran it)."""
-        return tables.read(self.spark, self.tables(p).ledger)
+        return bookkeeping.read_ledger(self.spark, self.tables(p).root)
 
     def committed_batch(self, p: Pipeline, batch_id: str) -> BatchResult | None:
         """What batch ``batch_id`` of ``p`` did, as its ledger row records it; None until it commits."""
@@ -119,11 +119,17 @@ class Runtime:
 
     def read_metrics(self, p: Pipeline) -> DataFrame:
         """One metrics row per committed batch."""
-        return tables.read(self.spark, self.tables(p).metrics)
+        metrics = bookkeeping.read_metrics(self.spark, self.tables(p).root)
+        if metrics is None:
+            raise FrameworkError(f"pipeline {p.name!r}: no batch has committed yet")
+        return metrics
 
     def read_late(self, p: Pipeline) -> DataFrame:
         """Records that landed in no window, with the stream time that made them late."""
-        return tables.read(self.spark, self.tables(p).late)
+        late = bookkeeping.read_late(self.spark, self.tables(p).root)
+        if late is None:
+            raise FrameworkError(f"pipeline {p.name!r}: no batch has kept late records yet")
+        return late
 
     def describe(self, p: Pipeline) -> str:
         """The topology as text, with where its tables live."""

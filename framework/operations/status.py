@@ -36,12 +36,12 @@ def pipeline_status(spark: SparkSession, name: str, root: str) -> str:
     """A few lines on pipeline ``name`` stored at ``root``: last batch, stream time, open windows."""
     from pyspark.sql import functions as F
 
-    from ..storage import files, ledger, tables
+    from ..storage import bookkeeping, files, ledger
 
     t = Tables(root, "output")
-    if not tables.exists(spark, t.ledger):
+    if not bookkeeping.has_batches(spark, root):
         return f"{name}  ({root})\n  no batch has run yet"
-    b = ledger.last_committed(spark, t.ledger)
+    b = ledger.last_committed_of(bookkeeping.read_ledger(spark, root))
     seq = b.seq if b else 0
     staged = [name for name in files.list_names(spark, t.staging) if b and name.endswith(f"-{b.attempt}")]
     lines = [f"{name}  ({root})"]
@@ -50,10 +50,12 @@ def pipeline_status(spark: SparkSession, name: str, root: str) -> str:
             f"  last batch     {b.batch_id} (seq {b.seq}), committed at {b.at:%Y-%m-%d %H:%M:%S} UTC",
             f"  stream time    {_time(b.stream_time)}",
         ]
-        metrics = tables.read(spark, t.metrics)
-        rows = metrics.filter(F.col("seq") == seq).collect()
-        totals = metrics.agg(F.sum("records_in"), F.sum("suppression_emit_total"), F.sum("late_records")).collect()[0]
+        metrics = bookkeeping.read_metrics(spark, root)
+        rows = metrics.filter(F.col("seq") == seq).collect() if metrics is not None else []
         if rows:
+            totals = metrics.agg(F.sum("records_in"), F.sum("suppression_emit_total"), F.sum("late_records")).collect()[
+                0
+            ]
             m = rows[0]
             lines += [
                 f"  open windows   {m.windows_open}",

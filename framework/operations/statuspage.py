@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING
 
-from ..storage import tables
+from ..storage import bookkeeping
 from ..storage.metrics import KIP_NAMES
 from .status import pipeline_status
 
@@ -59,8 +59,8 @@ class PipelineState:
 
 def read(spark: SparkSession, name: str, root: str) -> PipelineState:
     """Pipeline ``name`` stored at ``root``: its status text and metrics rows (oldest first)."""
-    path = tables.Tables(root, "output").metrics
-    rows = tables.read(spark, path).orderBy("seq").collect() if tables.exists(spark, path) else []
+    metrics = bookkeeping.read_metrics(spark, root)
+    rows = metrics.orderBy("seq").collect() if metrics is not None else []
     return PipelineState(name, pipeline_status(spark, name, root), [r.asDict() for r in rows])
 
 

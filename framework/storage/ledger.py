@@ -110,7 +110,12 @@ def last_committed(spark: SparkSession, path: str, batch_id: str | None = None) 
     when there is none, or no ledger yet."""
     if not tables.exists(spark, path):
         return None
-    rows = committed(tables.read(spark, path))
+    return last_committed_of(tables.read(spark, path), batch_id)
+
+
+def last_committed_of(ledger: DataFrame, batch_id: str | None = None) -> LedgerRow | None:
+    """The last committed row of ``ledger`` (of batch ``batch_id`` if given), None if none."""
+    rows = committed(ledger)
     if batch_id is not None:
         rows = rows.filter(F.col("batch_id") == batch_id)
     last = rows.orderBy(F.desc("seq")).limit(1).collect()
