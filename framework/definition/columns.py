@@ -28,6 +28,11 @@ Per window in ``window_state`` (and in the rows a batch plans):
                     timestamp of the window, which the fold finds previous records by)
 - ``GONE``          in planned state changes and sink rows only: the row is deleted (a merged-away session)
 
+In ``_state``, where window state shares one Delta table with what the framework keeps about
+each batch (``framework.storage.ledger``): a row whose ``BUCKET`` is ``LEDGER_BUCKET`` is a ledger
+row, one whose ``BUCKET`` is ``LATE_BUCKET`` a late record; ``SEQ`` is its batch's sequence number
+and ``ENTRY`` the row itself as JSON. Window rows have a bucket >= 0 and these two null.
+
 Per entry of a rate-limiting suppression buffer: ``BUFFER_TIME`` (the time its time limit counts
 from), ``SIZE`` (bytes of its value), ``ENTRY_KEY`` (the key as text, ordering entries of equal
 time); per emitted row ``EMITTED_AT``, the stream time it left at; per position of a batch
@@ -56,3 +61,7 @@ ENTRY_KEY = "_key"
 EMITTED_AT = "_est"
 COUNT_CHANGE = "_dc"
 BYTES_CHANGE = "_db"
+SEQ = "_seq"
+ENTRY = "_entry"
+LEDGER_BUCKET = -1
+LATE_BUCKET = -2

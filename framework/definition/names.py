@@ -31,11 +31,12 @@ GATE = "_gate"
 
 #: Entries the framework keeps beside the sink under ``<warehouse>/<pipeline>/``, with what they are.
 RESERVED_TABLES: dict[str, str] = {
-    "_ledger": "batch ledger table",
-    "window_state": "window state table",
+    "_state": "state table (window state, the batch ledger, metrics and late records: one commit per batch)",
+    "_ledger": "batch ledger table (kept by earlier versions)",
+    "window_state": "window state table (kept by earlier versions)",
     "records": "sliding-window records table (kept by earlier versions)",
-    "late_records": "late records table",
-    "metrics": "metrics table",
+    "late_records": "late records table (kept by earlier versions)",
+    "metrics": "metrics table (kept by earlier versions)",
     "_staging": "staging folder",
     GATE: "quality-gate outcomes folder",
 }

@@ -1,27 +1,32 @@
 """The batch protocol: run one batch of a pipeline exactly once, whatever else runs.
 
-1. Read the ledger (its version is the attempt's *fence*) and validate the input, at once.
-   Finish publishing the last committed batch if its publication was cut short (step 6).
-   A committed batch id is a no-op (same input) or a loud error (other input); ids increase.
-2. Plan the batch from state as of the versions the last committed batch recorded (Delta time
-   travel): planning is deterministic from those versions and the input.
+1. Read the ledger (the ``_state`` table's ledger rows; its version and fence are what the
+   attempt read) and validate the input, at once. Finish publishing the last committed batch
+   if its publication was cut short (step 6). A committed batch id is a no-op (same input) or a
+   loud error (other input); ids increase.
+2. Plan the batch from ``_state`` as of the version read in step 1 (Delta time travel) and the
+   rate-limiting buffer as of the version the last committed batch recorded: planning is
+   deterministic from those and the input.
 3. Audit the results (write-audit-publish). Nothing has been written yet, so a failed gate, a
    full strict buffer or input that fails while planning leaves nothing behind.
-4. Write, all at the same time: each state table *advanced* from its recorded version
+4. Write, all at the same time: the buffer *advanced* from its recorded version
    (``writes.advance``: whatever an attempt that never committed left there is undone first),
-   and the sink rows and late records *staged* under ``_staging/<seq>-<attempt>`` (Parquet
-   files: only their publisher reads them). Beside the writes, the snapshots of the tables
-   steps 5 and 6 commit to are read, so those commits start from cached snapshots.
-5. Append the ledger row (versions written, metrics) with ``ledger.commit_point``: Delta commits
-   it only if no other batch or replay committed since the attempt read the ledger. This is
-   the commit point; of overlapping attempts exactly one passes it, the others stop here.
-6. Publish: append the staged rows to the sink, late records and metrics tables, all at once
-   (each once: Delta's transaction id skips a repeat), then remove the staging folder. Whoever
-   finds a committed batch still staged (the committing attempt died) publishes it the same way.
+   and the sink rows *staged* under ``_staging/<seq>-<attempt>`` (Parquet files: only their
+   publisher reads them). Beside the writes, the sink's snapshot is read, so its publication
+   starts from a cached snapshot.
+5. The commit point: one commit to ``_state`` (``state.commit``) carries the window-state
+   change, the ledger row (versions, metrics) and the late records. Delta makes it only if no
+   other batch or replay committed since the attempt read the table (``ledger.commit_point``);
+   of overlapping attempts exactly one passes it, the others stop here.
+6. Publish: append the staged rows to the sink (once: Delta's transaction id skips a repeat),
+   then remove the staging folder. Whoever finds a committed batch still staged (the
+   committing attempt died) publishes it the same way.
 
-No attempt ever holds a claim, so nothing wedges: a batch that failed anywhere before step 5
-is re-run with the same or corrected input as if it had never run. Other writers' commits
-(``OPTIMIZE``, table properties, ``VACUUM``) change no rows and fence out nothing.
+A steady batch makes two Delta commits (``_state``, the sink) and reads two transaction ids
+(the fence of ``_state`` when it reads the ledger, the sink's at publication). No attempt ever
+holds a claim, so nothing wedges: a batch that failed anywhere before step 5 is re-run with the
+same or corrected input as if it had never run. Other writers' commits (``OPTIMIZE``, table
+properties, ``VACUUM``) change no rows and fence out nothing.
 
 A ``BatchAttempt`` is one run of these steps against one table layout (a pipeline's tables, or
 a replay's staged ones): everything it knows lives on it and ends with it.
@@ -38,7 +43,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
-from delta.tables import DeltaTable
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
@@ -56,7 +60,8 @@ from ..errors import (
 )
 from ..execution.sources import BatchInput, check_drift, read_batch
 from ..execution.streamtime import to_datetime
-from ..storage import files, ledger, sinks, state, tables, writes
+from ..storage import bookkeeping as kept_late
+from ..storage import files, ledger, metrics, sinks, state, tables, writes
 from ..storage.ledger import LedgerRow, Status
 from .planning import Kept, Plan, batch_metrics, definition, plan
 from .publication import PUBLICATION, finish
@@ -65,7 +70,7 @@ from .steps import Steps
 
 log = logging.getLogger("framework.runtime")
 
-WRITE_POINTS = ("state", "buffer", "output", "late_records", "ledger_commit", "publish")
+WRITE_POINTS = ("buffer", "output", "commit_point", "publish")
 ATTEMPTED = "_batch_id"  # in a staging folder: the batch its attempt runs
 
 
@@ -84,12 +89,8 @@ class BatchResult:
 
 
 def result_of(s: Settings, p: Pipeline, t: tables.Tables, row: LedgerRow, status: str) -> BatchResult:
-    """What committed batch ``row`` did, as its ledger row (or, before rows kept metrics, the
-    metrics table) records it."""
-    values = row.recorded_metrics()
-    if values is None:
-        m = tables.read(s.spark, t.metrics).filter(F.col("seq") == row.seq).collect()
-        values = m[0].asDict() if m else {}
+    """What committed batch ``row`` did, as its ledger row records it."""
+    values = row.recorded_metrics() or {}
     published = values.get("rows_published", values.get("suppression_emit_total"))  # older rows: no count
     return BatchResult(
         p.name,
@@ -156,14 +157,16 @@ class BatchAttempt:
         kept = Kept()
         try:
             self.steps.step = "reading state and planning"
-            planned = plan(self.s, self.steps, self.p, self.t, self.seq, inp, self.last, batch_end, kept)
+            assert self.seen is not None  # read in step 1
+            planned = plan(self.s, self.steps, self.p, self.t, self.seq, inp, self.last, self.seen[1], batch_end, kept)
             rows_out = sinks.shape(self.p, planned.outcome.results, self.batch_id, planned.stream_time)
             self._audit(planned, rows_out)
-            written = self._write(planned, rows_out, input_df, kept)
+            written = self._write(planned, rows_out, kept)
             values = batch_metrics(self.p, planned, inp, started_at)
+            commit = self._commit(planned, inp, input_df, written, values, kept)
         finally:
             kept.release()
-        commit = self._commit(planned, inp, written, values)
+        metrics.report(self.p.name, self.batch_id, self.seq, values)
         self._write_point("publish", lambda: finish(self.steps, self.p, self.t, commit))
         log.info(
             "%s: committed seq=%d emitted=%d stream_time=%s in %.1f s",
@@ -189,7 +192,7 @@ class BatchAttempt:
         """Read the ledger and validate the input at once; check the input's schema drift."""
         (self.seen, self.rows), inp = self.steps.concurrently(
             {
-                "reading the ledger": lambda: self.ledgers.read(self.t.ledger),
+                "reading the ledger": lambda: self.ledgers.read(self.t.state),
                 "validating the input": lambda: read_batch(
                     self.p, self.batch_id, input_df, self.s.latest_ms(batch_end)
                 ),
@@ -227,7 +230,6 @@ class BatchAttempt:
                 f"{where}: out of order: batch {last.batch_id!r} (seq {last.seq}) is already "
                 "committed and batch ids must increase."
             )
-        self._undo_legacy_attempts()
         if last is not None and last.definition != definition(self.p):
             raise DefinitionError(
                 f"{where}: the pipeline definition changed incompatibly since batch "
@@ -235,27 +237,6 @@ class BatchAttempt:
                 "State cannot be reinterpreted; create a pipeline with a new name."
             )
         self._check_unfinished(pending)
-
-    def _undo_legacy_attempts(self) -> None:
-        """Remove what an unfinished attempt of the previous protocol (a ledger row 'started',
-        which wrote results, metrics and late records before its commit) published."""
-        started = [
-            r.batch_id
-            for r in self.rows
-            if r.status == Status.STARTED and r.seq == self.seq and not (r.fingerprint or "").startswith("replay@")
-        ]
-        if not started:
-            return
-        self.steps.step = "undoing an unfinished attempt of an earlier version"
-        spark, p, t, seq = self.s.spark, self.p, self.t, self.seq
-        tag = f"{writes.TAG}{p.name}.legacy@{seq}"
-        output_rows = F.col("emitted_batch_id").isin(started) if p.suppression is not None else None
-        for path, rows_of in ((t.metrics, F.col("seq") == seq), (t.late, F.col("seq") == seq), (t.output, output_rows)):
-            if rows_of is not None and tables.exists(spark, path):
-                writes.tagged(spark, path, tag, lambda: DeltaTable.forPath(spark, path).delete(rows_of))  # runs now
-        before = self.last.output_version if self.last is not None else None
-        if p.suppression is None and before is not None and tables.latest_version(spark, t.output) != before:
-            writes.reset(spark, t.output, before, tag)
 
     def _check_unfinished(self, pending: list[str]) -> None:
         """Refuse to run a batch while an attempt of an earlier batch id at the same sequence
@@ -292,35 +273,24 @@ class BatchAttempt:
         )
 
     # ---- 4. write -------------------------------------------------------------------------------
-    def _write(self, planned: Plan, rows_out: DataFrame, input_df: DataFrame, kept: Kept) -> dict[str, int | None]:
-        """State advanced and rows staged, all at once, beside reading the snapshots the commit
-        and publication write to; the version each state table is at, by write point."""
-        spark, p, t, outcome, sta = self.s.spark, self.p, self.t, planned.outcome, planned.stream_time
-        writing = {
-            "state": lambda: state.write_state(
-                spark, t.state, p, outcome, self._base("state"), self._tag("state"), sta, kept
-            ),
+    def _write(self, planned: Plan, rows_out: DataFrame, kept: Kept) -> dict[str, int | None]:
+        """The buffer advanced and the sink rows staged, at the same time, beside reading the
+        snapshot publication writes to; the version the buffer is at, by write point."""
+        spark, p, t, outcome = self.s.spark, self.p, self.t, planned.outcome
+        writing: dict[str, Callable[[], object]] = {
             "buffer": lambda: state.write_buffer(
                 spark, state.buffer_path(t, p), outcome, self._base("buffer"), self._tag("buffer")
             ),
         }
         if planned.emitted:
             writing["output"] = lambda: files.stage(sinks.staged(p, rows_out), f"{self.staging}/output")
-        if planned.counts.get("late_records"):
-            late = self._late_records(outcome.late, input_df)
-            writing["late_records"] = lambda: files.stage(late, f"{self.staging}/late_records")
         tasks: dict[str, Callable[[], object]] = {
             f"writing {point!r}": functools.partial(self._write_point, point, action)
             for point, action in writing.items()
         }
         tasks["counting open windows"] = planned.open_now
-        for path in (
-            t.ledger,
-            t.metrics,
-            *([t.output] if planned.emitted else []),
-            *([t.late] if "late_records" in writing else []),
-        ):  # what the commit and publication write
-            tasks[f"reading {path}"] = functools.partial(tables.prepare, spark, path)
+        if planned.emitted:  # what publication writes
+            tasks[f"reading {t.output}"] = functools.partial(tables.prepare, spark, t.output)
         return dict(zip(writing, self.steps.concurrently(tasks)))
 
     def _late_records(self, late: DataFrame, input_df: DataFrame) -> DataFrame:
@@ -343,7 +313,7 @@ class BatchAttempt:
         except Exception as e:
             if not writes.lost_race(e):
                 raise
-            if point == "ledger_commit":
+            if point == "commit_point":
                 raise self._fenced_out() from e
             raise ConcurrentBatchError(
                 f"{self.steps.where}: another attempt or writer changed {point!r} at the same time; this attempt "
@@ -359,11 +329,21 @@ class BatchAttempt:
         return f"{writes.TAG}{self.p.name}.{table}@{self.seq}:{self.attempt}"
 
     # ---- 5. the commit point --------------------------------------------------------------------
-    def _commit(self, planned: Plan, inp: BatchInput, written: dict[str, int | None], values: dict) -> LedgerRow:
-        """Mark what to publish, then append the ledger row: the commit point."""
-        staged = [name for name in ("output", "late_records") if name in written]
+    def _commit(
+        self,
+        planned: Plan,
+        inp: BatchInput,
+        input_df: DataFrame,
+        written: dict[str, int | None],
+        values: dict,
+        kept: Kept,
+    ) -> LedgerRow:
+        """Mark what to publish, then commit the state change, the ledger row and the late
+        records in one commit: the commit point."""
+        staged = [name for name in ("output",) if name in written]
         files.put_text(self.s.spark, f"{self.staging}/{PUBLICATION}", json.dumps({"replay": False, "staged": staged}))
-        versions = {name: written.get(name, self._base(name)) for name in state.TABLES}
+        assert self.seen is not None  # read in step 1
+        late = self._late_records(planned.outcome.late, input_df) if planned.counts.get("late_records") else None
         last, sta = self.last, planned.stream_time
         commit = LedgerRow(
             seq=self.seq,
@@ -374,25 +354,39 @@ class BatchAttempt:
             records_in=inp.count,
             stream_time_before=last.stream_time if last else None,
             stream_time=sta,
-            state_version=versions["state"],
+            state_version=self.seen[1] if self.seen[1] >= 0 else None,
             input_schema=inp.schema_json,
             definition=definition(self.p),
             at=dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
-            buffer_version=versions["buffer"],
+            buffer_version=written.get("buffer", self._base("buffer")),
             windows_open=values.get("windows_open"),
             output_base=tables.latest_version(self.s.spark, self.t.output) if self.p.suppression is None else None,
             metrics=json.dumps({k: v for k, v in values.items() if k != "stream_time"}),
+            late_schema=late.schema.simpleString() if late is not None else None,
         )
-        self._write_point("ledger_commit", lambda: self._commit_point(commit))
+        bookkeeping = ledger.to_frame(self.s.spark, [commit])
+        if late is not None:
+            bookkeeping = bookkeeping.unionByName(kept_late.frame(late, self.seq))
+        self._write_point("commit_point", lambda: self._commit_point(commit, planned, bookkeeping, kept))
         return commit
 
-    def _commit_point(self, commit: LedgerRow) -> None:
-        """Pass the commit point, or stop: another batch or replay committed since the ledger was read."""
-        path, seen = self.t.ledger, self.seen
+    def _commit_point(self, commit: LedgerRow, planned: Plan, bookkeeping: DataFrame, kept: Kept) -> None:
+        """Pass the commit point, or stop: another batch or replay committed since the ledger
+        was read. A commit that lost to maintenance (the fence unchanged) is made again."""
+        spark, path, seen = self.s.spark, self.t.state, self.seen
         assert seen is not None  # read in step 1
-        made = ledger.commit_point(
-            ledger.to_frame(self.s.spark, [commit]), path, seen[1], seen[2], self._tag("ledger"), mergeSchema="true"
-        )
+        tag = self._tag("commit")
+
+        def attempt() -> None:
+            state.commit(spark, path, self.p, planned.outcome, bookkeeping, planned.stream_time, tag, seen[2] + 1, kept)
+
+        for tries_left in reversed(range(writes.RETRIES)):
+            try:
+                made = ledger.commit_point(spark, path, seen[1], tag, attempt)
+                break
+            except Exception as e:
+                if not writes.lost_race(e) or not tries_left or ledger.ledger_head(spark, path)[2] != seen[2]:
+                    raise
         if made is None:
             raise self._fenced_out()
         self.ledgers.appended(path, seen, self.rows, commit, made)

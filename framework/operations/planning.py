@@ -1,5 +1,6 @@
-"""Planning a batch: from state as of the versions the last committed batch recorded (Delta
-time travel) and the batch's input, so a plan is deterministic and any attempt of the batch
+"""Planning a batch: from ``_state`` as of the version the attempt read its ledger at, the
+buffer as of the version the last committed batch recorded (Delta time travel), and the
+batch's input, so a plan is deterministic and any attempt of the batch
 plans the same. Nothing is written here: a bound that a strict buffer would exceed stops the
 batch before its writes (``check_buffer``).
 """
@@ -73,23 +74,26 @@ def plan(
     seq: int,
     inp: BatchInput,
     last: LedgerRow | None,
+    read_version: int,
     batch_end: dt.datetime | None,
     kept: Kept,
 ) -> Plan:
-    """Plan the batch from state as of the last committed batch and count what it does
-    (the counts run at the same time; results stay cached for the writes)."""
+    """Plan the batch from ``_state`` as of ``read_version`` (where the attempt read the
+    ledger; -1: no table yet) and the buffer as of the last committed batch, and count what it
+    does (the counts run at the same time; results stay cached for the writes)."""
     stb = last.stream_time if last else None
     records, sta = _with_stream_time(s, p, seq, inp, stb, batch_end)
 
-    def as_of(table: str) -> DataFrame | None:
-        """A state table's rows as of the recorded version, read from the current version when
+    def buffer() -> DataFrame | None:
+        """The buffer's rows as of the recorded version, read from the current version when
         only maintenance landed since (its files may be compacted and VACUUMed away)."""
-        version, path = last.version(table) if last else None, state.path(t, p, table)
+        version, path = last.version("buffer") if last else None, state.buffer_path(t, p)
         if version is None or path is None:
             return None
         return tables.read(s.spark, path, writes.same_rows(s.spark, path, version))
 
-    batch = engine.Batch(p, seq, records, stb, sta, as_of("state"), s.bucket_ms, as_of("buffer"), cache=kept)
+    held = state.windows(s.spark, t.state, read_version)
+    batch = engine.Batch(p, seq, records, stb, sta, held, s.bucket_ms, buffer(), cache=kept)
     outcome = engine.plan(batch)
     if p.rate_limited:
         outcome = ratelimit.limit(batch, outcome)

@@ -1,12 +1,13 @@
-"""Publication: appending a committed attempt's staged rows to the tables readers read.
+"""Publication: appending a committed attempt's staged rows to the results table.
 
-An attempt stages its sink rows and late records under ``_staging/<seq>-<attempt>`` and, before
-its commit point, writes ``PUBLICATION`` there: what to publish. Once its ledger row is
-committed, whoever finds the folder (the attempt itself, or the next run of any batch of the
-pipeline) publishes it, each table once: Delta's transaction id skips a repeat, so publishing
-again, or beside another publisher, changes nothing. The staged tables are removed before the
-marker, so a marker with a staged table missing means published. A replay's folder is published
-by ``publish_range``, replacing the range's rows in one commit per table.
+An attempt stages its sink rows under ``_staging/<seq>-<attempt>`` and, before its commit
+point, writes ``PUBLICATION`` there: what to publish. Once its ledger row is committed, whoever
+finds the folder (the attempt itself, or the next run of any batch of the pipeline) publishes
+it, once: Delta's transaction id skips a repeat, so publishing again, or beside another
+publisher, changes nothing. The staged rows are removed before the marker, so a marker with
+its staged rows missing means published. A replay's folder is published by
+``publish_range``, replacing the range's rows in one commit. (The ledger, metrics and late
+records need no publication: they are part of the commit point, ``state.commit``.)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 
 from ..definition.pipeline import Pipeline
-from ..storage import files, metrics, sinks, tables, writes
+from ..storage import files, sinks, tables, writes
 from ..storage.ledger import LedgerRow
 from .steps import Steps
 
@@ -28,8 +29,9 @@ REPLAYS = f"{writes.LEDGER_APP}.replay"  # Delta txnAppId of a replay's publicat
 
 @dataclass(frozen=True)
 class Staged(tables.Tables):
-    """A replay's tables: state in place, the per-batch logs (ledger, sink, metrics, late
-    records) in the replay's staging folder; a MERGEd sink keeps its deletes as tombstones."""
+    """A replay's tables: ``_state`` and the sink in the replay's staging folder, the buffer in
+    place (read at recorded versions, like any attempt's); a MERGEd sink keeps its deletes as
+    tombstones."""
 
     folder: str = ""
     tombstones: bool = False
@@ -39,16 +41,8 @@ class Staged(tables.Tables):
         return cls(t.root, t.sink, folder, tombstones=p.suppression is None)
 
     @property
-    def ledger(self) -> str:
-        return os.path.join(self.folder, "_ledger")
-
-    @property
-    def late(self) -> str:
-        return os.path.join(self.folder, "late_records")
-
-    @property
-    def metrics(self) -> str:
-        return os.path.join(self.folder, "metrics")
+    def state(self) -> str:
+        return os.path.join(self.folder, "_state")
 
     @property
     def output(self) -> str:  # named as in the publication marker's list, whatever the sink's name
@@ -84,20 +78,14 @@ def finish(steps: Steps, p: Pipeline, t: tables.Tables, last: LedgerRow | None) 
 
 
 def _publish(steps: Steps, p: Pipeline, t: tables.Tables, folder: str, last: LedgerRow, spec: dict) -> None:
-    """Publish a committed attempt's staged rows, each table once (Delta skips a repeat)."""
+    """Publish a committed attempt's staged rows once (Delta skips a repeat)."""
     spark, tag = steps.spark, f"{writes.TAG}{p.name}.publish@{last.seq}:{last.attempt}"
     if spec["replay"]:
         publish_range(spark, p, t, folder, spec, tag)
         return
-    once = {"txnAppId": writes.LEDGER_APP, "txnVersion": str(last.seq)}
-    values = last.recorded_metrics() or {}  # a committed row always has them since metrics moved to the ledger
-    tasks = {
-        "publishing metrics": lambda: writes.save(
-            metrics.frame(spark, p.name, last.batch_id, last.seq, values), t.metrics, tag, **once
-        )
-    }
     if "output" in spec["staged"]:
-        tasks["publishing results"] = lambda: sinks.publish(
+        steps.step = "publishing results"
+        sinks.publish(
             p,
             files.read_staged(spark, f"{folder}/output"),
             t.output,
@@ -105,32 +93,20 @@ def _publish(steps: Steps, p: Pipeline, t: tables.Tables, folder: str, last: Led
             tag,
             tombstones=getattr(t, "tombstones", False),
         )
-    if "late_records" in spec["staged"]:
-        tasks["publishing late records"] = lambda: writes.save(
-            files.read_staged(spark, f"{folder}/late_records"), t.late, tag, **once
-        )
-    steps.concurrently(tasks)  # three tables, each commit skipped by Delta if it landed already
 
 
 def publish_range(spark: SparkSession, p: Pipeline, t: tables.Tables, folder: str, spec: dict, tag: str) -> None:
-    """Publish a committed replay's staged rows, one commit per table, each skipped if this
-    replay's publication of it landed already (Delta transaction id ``REPLAYS``, version = the
-    replay's ledger fence): publishing again, or late beside another publisher, changes nothing."""
+    """Publish a committed replay's staged rows in one commit, skipped if this replay's
+    publication landed already (Delta transaction id ``REPLAYS``, version = the replay's
+    ledger fence): publishing again, or late beside another publisher, changes nothing."""
     staged = Staged.of(t, p, folder)
     once = {"txnAppId": REPLAYS, "txnVersion": str(spec["fence"])}
-
-    def rows(name: str, path: str) -> DataFrame | None:
-        return tables.read(spark, path) if name in spec["staged"] else None
-
-    first, last = _sql_string(spec["first_batch_id"]), _sql_string(spec["last_batch_id"])
-    sink = rows("output", staged.output)
+    sink = tables.read(spark, staged.output) if "output" in spec["staged"] else None
     if p.suppression is not None:
+        first, last = _sql_string(spec["first_batch_id"]), _sql_string(spec["last_batch_id"])
         _replace(spark, sink, t.output, f"emitted_batch_id BETWEEN {first} AND {last}", tag, once)
     elif sink is not None:
         sinks.replace_all(p, sink, t.output, spec["output_base"], tag, once)
-    seqs = f"seq BETWEEN {int(spec['first_seq'])} AND {int(spec['last_seq'])}"
-    _replace(spark, rows("late_records", staged.late), t.late, seqs, tag, once)
-    _replace(spark, rows("metrics", staged.metrics), t.metrics, seqs, tag, once)
 
 
 def _replace(spark: SparkSession, rows: DataFrame | None, target: str, where: str, tag: str, once: dict) -> None:

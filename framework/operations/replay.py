@@ -11,22 +11,27 @@ What a replay of batches ``first .. last`` does:
   the same batch ids and sequence numbers, so every row, emission batch and stream time is what
   a first run over this input gives: replaying the same input again changes nothing. A version
   that VACUUM (or log cleanup) removed stops the replay before anything is written.
-- State tables are advanced in place, as by any attempt: readers and later batches read them
-  only at the versions the ledger names, so until the replay commits its writes are invisible.
-  The per-batch logs (ledger, sink, metrics, late records) go to a staging folder.
-- The commit point is one ledger commit: the range's rows become ``replaced`` and the replayed
-  batches ``committed``. Like a batch's, it lands only if no other batch or replay committed
-  since the replay read the ledger: of two replays at once, or a replay and the next batch, one
-  wins and the other fails, having published nothing.
-- Then the staged rows are published, one commit per table: an append-only sink's rows emitted
-  in the range are replaced (``replaceWhere`` on ``emitted_batch_id``), a MERGEd sink goes back
-  to its version before the range and takes the range's changes, metrics and late records are
-  replaced on ``seq`` (``publication.publish_range``). Whoever finds the replay committed and
-  unpublished publishes it again.
+- The batches run against a ``_state`` table of their own in a staging folder, seeded with the
+  window state the first batch of the range planned from (its ledger row's ``state_version``)
+  and the ledger row of the batch before; their sink rows go to that folder too. A rate-limiting
+  buffer is advanced in place, as by any attempt: readers and later batches read it only at the
+  versions the ledger names, so until the replay commits its writes are invisible.
+- The commit point is one commit to ``_state``: the window state becomes the replay's, the
+  range's ledger rows become ``replaced``, the replayed batches' rows and late records are added
+  ``committed``. Like a batch's, it lands only if no other batch or replay committed since the
+  replay read the ledger: of two replays at once, or a replay and the next batch, one wins and
+  the other fails, having published nothing.
+- Then the staged sink rows are published in one commit: an append-only sink's rows emitted in
+  the range are replaced (``replaceWhere`` on ``emitted_batch_id``), a MERGEd sink goes back to
+  its version before the range and takes the range's changes (``publication.publish_range``).
+  Whoever finds the replay committed and unpublished publishes it again.
+- The state between the batches of a replayed range is not kept in ``_state`` (only the state
+  after it), so a later replay starts at the first batch of a replayed range or after it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import uuid
@@ -38,6 +43,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from ..definition.columns import BUCKET, SEQ
 from ..definition.pipeline import Pipeline
 from ..errors import ConcurrentBatchError, ReplayError
 from ..storage import files, ledger, state, tables, writes
@@ -96,17 +102,17 @@ def replay(
     spark = s.spark
     steps = Steps(spark, f"pipeline {p.name!r}, replay of {todo[0].batch_id!r}..{todo[-1].batch_id!r}")
     where = steps.where
-    seen, rows = ledgers.read(t.ledger)
+    seen, rows = ledgers.read(t.state)
     committed = ledger.committed_rows(rows)
     finish(steps, p, t, committed[-1] if committed else None)
     before, range_rows = _range(where, committed, [b.batch_id for b in todo])
     first, last = range_rows[0], range_rows[-1]
-    base = _check_restore_points(spark, where, p, t, before, first)
+    base = _check_restore_points(spark, where, p, t, before, first, [r.batch_id for r in range_rows])
     attempt = uuid.uuid4().hex
     staged = Staged.of(t, p, f"{t.staging}/{last.seq + 1}-{attempt}")
     committing = False
     try:
-        _seed(spark, staged.ledger, before)
+        _seed(spark, staged.state, t.state, first, before)
         results = tuple(BatchAttempt(s, p, b.batch_id, staged, ledgers).run(b.input_df, b.batch_end) for b in todo)
         if [r.seq for r in results] != [r.seq for r in range_rows]:
             raise ReplayError(
@@ -162,13 +168,26 @@ def _output_base(where: str, p: Pipeline, first: LedgerRow, before: LedgerRow | 
 
 # ---- checks before anything is written -------------------------------------------------------
 def _check_restore_points(
-    spark: SparkSession, where: str, p: Pipeline, t: tables.Tables, before: LedgerRow | None, first: LedgerRow
+    spark: SparkSession,
+    where: str,
+    p: Pipeline,
+    t: tables.Tables,
+    before: LedgerRow | None,
+    first: LedgerRow,
+    ids: list[str],
 ) -> int | None:
     """Refuse a replay whose state before the range is gone; the MERGEd sink's version to restore."""
-    for name in state.TABLES:
-        path = state.path(t, p, name)
-        if path is not None and before is not None:
-            _check_available(spark, where, name, path, before.version(name))
+    if before is not None:
+        if first.state_version is None:
+            raise ReplayError(
+                f"{where}: the window state before batch {first.batch_id!r} is not kept: the batch was replayed "
+                "inside a longer range, or committed before the pipeline's upgrade to the _state table. Replay "
+                f"from the first batch of that range, or from a later batch (the range asked: {ids[0]!r}..{ids[-1]!r})"
+            )
+        _check_available(spark, where, "_state", t.state, first.state_version)
+        buffer = state.buffer_path(t, p)
+        if buffer is not None:
+            _check_available(spark, where, "buffer", buffer, before.buffer_version)
     base = _output_base(where, p, first, before)
     if base is not None:
         _check_available(spark, where, "output", t.output, base)
@@ -229,11 +248,17 @@ def _check_available(spark: SparkSession, where: str, name: str, path: str, vers
 
 
 # ---- writing ---------------------------------------------------------------------------------
-def _seed(spark: SparkSession, path: str, before: LedgerRow | None) -> None:
-    """The staging ledger: the batch before the range, as committed (its state versions)."""
-    tables.create(spark, path, ledger.LEDGER_SCHEMA)
-    if before is not None:
-        writes.save(ledger.to_frame(spark, [before]), path, f"{writes.TAG}seed", mergeSchema="true")
+def _seed(spark: SparkSession, path: str, source: str, first: LedgerRow, before: LedgerRow | None) -> None:
+    """The replay's own ``_state`` at ``path``: the window state the range's first batch
+    planned from (in ``source``) and the ledger row of the batch before the range, in one commit."""
+    if before is None:
+        return
+    rows = ledger.to_frame(spark, [before])
+    windows = state.windows(spark, source, first.state_version) if first.state_version is not None else None
+    if windows is not None:
+        rows = windows.unionByName(rows, allowMissingColumns=True)
+    tables.create(spark, path, rows.schema, partition_by=BUCKET)
+    writes.save(rows, path, f"{writes.TAG}seed", mergeSchema="true")
 
 
 def _emitted_since(spark: SparkSession, p: Pipeline, t: tables.Tables, first_batch_id: str, last_batch_id: str) -> int:
@@ -247,11 +272,7 @@ def _mark(
     spark: SparkSession, staged: Staged, first: LedgerRow, last: LedgerRow, base: int | None, seen: tuple[str, int, int]
 ) -> None:
     """What to publish once the replay committed (``publication.publish_range``)."""
-    names = [
-        n
-        for n, path in (("output", staged.output), ("late_records", staged.late), ("metrics", staged.metrics))
-        if tables.exists(spark, path)
-    ]
+    names = ["output"] if tables.exists(spark, staged.output) else []
     files.put_text(
         spark,
         f"{staged.folder}/{PUBLICATION}",
@@ -281,23 +302,55 @@ def _commit(
     attempt: str,
     tag: str,
 ) -> LedgerRow:
-    """The commit point, one ledger commit: the range's rows become 'replaced' and the replayed
-    batches 'committed' (under the replay's attempt, which names its staging folder). Fenced
-    like a batch's commit; returns the new last committed row."""
-    old = tables.read(spark, t.ledger, seen[1]).filter(F.col("seq") >= first.seq)
-    status = F.when(
-        (F.col("status") == Status.COMMITTED.value) & (F.col("seq") <= last.seq), Status.REPLACED.value
-    ).otherwise(F.col("status"))
-    new = (
-        ledger.committed(tables.read(spark, staged.ledger))
-        .filter(F.col("seq") >= first.seq)
-        .withColumn("attempt", F.lit(attempt))  # the staged sink's versions mean nothing here:
-        .withColumn("output_base", F.when(F.col("seq") == first.seq, F.lit(first.output_base)).cast("long"))
-    )  # the range is published at once, from before its first
-    rows = old.withColumn("status", status).unionByName(new, allowMissingColumns=True).localCheckpoint()
+    """The commit point, one commit to ``_state``: the replay's window state replaces the
+    pipeline's, the range's ledger rows become 'replaced' and the replayed batches' rows
+    (under the replay's attempt, which names its staging folder) and late records are added.
+    Fenced like a batch's; returns the new last committed row."""
+    old = [r for r in ledger.rows_at(spark, t.state, seen[1]) if r.seq >= first.seq]
+    replaced = [
+        dataclasses.replace(r, status=Status.REPLACED.value)
+        if r.status == Status.COMMITTED and r.seq <= last.seq
+        else r
+        for r in old
+    ]
+    result = tables.read(spark, staged.state)
+    new = [  # the staged versions mean nothing here; the range is published at once, from before its first
+        dataclasses.replace(
+            r,
+            attempt=attempt,
+            output_base=first.output_base if r.seq == first.seq else None,
+            state_version=first.state_version if r.seq == first.seq else None,
+        )
+        for r in ledger.committed_rows(ledger.rows_at(spark, staged.state, _version(spark, staged.state)))
+        if r.seq >= first.seq
+    ]
+    rows = (
+        ledger.to_frame(spark, [*replaced, *new])
+        .unionByName(result.filter((F.col(BUCKET) >= 0) | (F.col(SEQ) >= first.seq)), allowMissingColumns=True)
+        .localCheckpoint()
+    )
+    tables.create(spark, t.state, rows.schema, partition_by=BUCKET)  # a replay of every batch of a pipeline
     made = ledger.commit_point(
-        rows, t.ledger, seen[1], seen[2], tag, "overwrite", replaceWhere=f"seq >= {int(first.seq)}", mergeSchema="true"
+        spark,
+        t.state,
+        seen[1],
+        tag,
+        lambda: writes.rewrite(
+            rows,
+            t.state,
+            f"{BUCKET} >= 0 OR {SEQ} >= {int(first.seq)}",
+            tag,
+            mergeSchema="true",
+            **writes.once(seen[2] + 1),
+        ),
     )
     if made is None:
         raise ConcurrentBatchError(f"{where}: fenced out at its commit point")
-    return LedgerRow.of(new.orderBy(F.desc("seq")).limit(1).collect()[0])
+    return new[-1]
+
+
+def _version(spark: SparkSession, path: str) -> int:
+    """The current version of the table at ``path``, which exists."""
+    version = tables.latest_version(spark, path)
+    assert version is not None
+    return version

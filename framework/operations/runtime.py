@@ -87,11 +87,12 @@ class Runtime:
     # ---- reading ---------------------------------------------------------------------------
     def ledger(self, p: Pipeline) -> DataFrame:
         """The batch ledger: a 'committed' row per batch ('replaced' once a replay re-ran it)."""
-        return bookkeeping.read_ledger(self.spark, self.tables(p).root)
+        rows = bookkeeping.read_ledger(self.spark, self.tables(p).root)
+        return rows if rows is not None else self.spark.createDataFrame([], ledger.LEDGER_SCHEMA)
 
     def committed_batch(self, p: Pipeline, batch_id: str) -> BatchResult | None:
         """What batch ``batch_id`` of ``p`` did, as its ledger row records it; None until it commits."""
-        row = ledger.last_committed(self.spark, self.tables(p).ledger, batch_id)
+        row = bookkeeping.last_committed(self.spark, self.tables(p).root, batch_id)
         return None if row is None else result_of(self.settings, p, self.tables(p), row, "committed")
 
     def register(self, p: Pipeline) -> list[str]:

@@ -19,13 +19,7 @@ if TYPE_CHECKING:
 def table_paths(p: Pipeline, warehouse: str) -> list[tuple[str, str]]:
     """(label, path) of each Delta table of ``p`` under ``warehouse``, as the runtime lays them out."""
     t = Tables(f"{warehouse.rstrip('/')}/{p.name}", p.sink or "output")
-    return [
-        ("results", t.output),
-        ("ledger", t.ledger),
-        ("window state", t.state),
-        ("late records", t.late),
-        ("metrics", t.metrics),
-    ]
+    return [("results", t.output), ("window state, ledger, metrics, late records", t.state)]
 
 
 def _time(ms: int | None) -> str:
@@ -36,12 +30,12 @@ def pipeline_status(spark: SparkSession, name: str, root: str) -> str:
     """A few lines on pipeline ``name`` stored at ``root``: last batch, stream time, open windows."""
     from pyspark.sql import functions as F
 
-    from ..storage import bookkeeping, files, ledger
+    from ..storage import bookkeeping, files
 
     t = Tables(root, "output")
     if not bookkeeping.has_batches(spark, root):
         return f"{name}  ({root})\n  no batch has run yet"
-    b = ledger.last_committed_of(bookkeeping.read_ledger(spark, root))
+    b = bookkeeping.last_committed(spark, root)
     seq = b.seq if b else 0
     staged = [name for name in files.list_names(spark, t.staging) if b and name.endswith(f"-{b.attempt}")]
     lines = [f"{name}  ({root})"]

@@ -28,12 +28,12 @@ def validate_results(spark: SparkSession, p: Pipeline, warehouse: str) -> Report
     Batches that closed no window leave nothing to check: a healthy young pipeline, not a
     failure. No committed batch at all is an error (FrameworkError).
     """
-    from ..storage import ledger, tables
+    from ..storage import bookkeeping, tables
     from . import quality
     from .runtime import Runtime
 
     rt = Runtime(spark, warehouse)
-    if ledger.last_committed(spark, rt.tables(p).ledger) is None:
+    if bookkeeping.last_committed(spark, rt.tables(p).root) is None:
         raise FrameworkError(f"pipeline {p.name!r}: no committed batch under {warehouse}: nothing to validate")
     if not tables.exists(spark, rt.tables(p).output):
         return None

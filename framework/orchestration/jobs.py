@@ -181,7 +181,7 @@ def replay_intervals(
     is called as each replayed batch has run (before the range commits)."""
     from ..operations.replay import ReplayBatch
     from ..operations.runtime import Runtime
-    from ..storage import ledger
+    from ..storage import bookkeeping
 
     ran = 0
 
@@ -193,7 +193,7 @@ def replay_intervals(
 
     rt = Runtime(spark, warehouse, before_write=batch_ran)
     if stop is None:
-        last = ledger.last_committed(spark, rt.tables(pipeline).ledger)
+        last = bookkeeping.last_committed(spark, rt.tables(pipeline).root)
         if last is None:
             raise JobError(f"pipeline {pipeline.name!r}: no committed batch under {warehouse}: nothing to replay")
         stop = parse_time(last.batch_id, "the last committed batch id") + every

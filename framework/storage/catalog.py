@@ -2,9 +2,13 @@
 works, while the data stays under the warehouse path (docs/design.md#catalog-schema).
 
 The data stays where the runtime keeps it, under the warehouse; the schema holds *external*
-tables pointing there. The results table is named after the sink, the others
-``<pipeline>_<table>`` (``user_alerts_ledger``, ``user_alerts_metrics``, ...). Registering is
-idempotent; a name already registered for another location is refused, never repointed.
+tables pointing there: the results table, named after the sink, ``<pipeline>_state`` and a
+rate-limiting buffer ``<pipeline>_buffer_<name>``. What ``_state`` holds is read through
+views named as users know them: ``<pipeline>_window_state``, ``<pipeline>_ledger``,
+``<pipeline>_metrics`` and, once a batch kept one, ``<pipeline>_late_records`` (the queries of
+``framework.storage.bookkeeping``, written in SQL). Registering is idempotent; a name already
+registered for another location is refused, never repointed (an external table of the layout
+before ``_state``, at its old place in the pipeline's folder, is replaced by its view).
 Which catalog keeps them is the session's: Spark's in-memory one (tables live as long as the
 session), an embedded Derby metastore (``spark_session(metastore=...)``, local use) or the
 deployment's Hive, Glue or Unity metastore.
@@ -19,8 +23,9 @@ from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
 
+from ..definition.columns import BUCKET, ENTRY, LATE_BUCKET, LEDGER_BUCKET, SEQ
 from ..errors import FrameworkError
-from . import files, locks, tables
+from . import bookkeeping, files, ledger, locks, metrics, tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,14 +46,7 @@ def check_schema(schema: str) -> str:
 
 def table_names(p: Pipeline, layout: tables.Tables) -> list[tuple[str, str]]:
     """(catalog table name, path) of each table ``p`` may have."""
-    results = p.sink or f"{p.name}_output"
-    named = [
-        (results, layout.output),
-        (f"{p.name}_ledger", layout.ledger),
-        (f"{p.name}_window_state", layout.state),
-        (f"{p.name}_late_records", layout.late),
-        (f"{p.name}_metrics", layout.metrics),
-    ]
+    named = [(p.sink or f"{p.name}_output", layout.output), (f"{p.name}_state", layout.state)]
     if p.rate_limited:
         named.append(
             (f"{p.name}_{os.path.basename(layout.buffer(p.suppression.name))}", layout.buffer(p.suppression.name))
@@ -56,12 +54,46 @@ def table_names(p: Pipeline, layout: tables.Tables) -> list[tuple[str, str]]:
     return named
 
 
+def view_queries(spark: SparkSession, schema: str, p: Pipeline, layout: tables.Tables) -> list[tuple[str, str]]:
+    """(view name, query) of each view over ``p``'s ``_state`` table registered in ``schema``."""
+    state, ledger_view = f"`{schema}`.`{p.name}_state`", f"`{schema}`.`{p.name}_ledger`"
+    metrics_columns = ", ".join(
+        "timestamp_millis(stream_time) AS stream_time" if name == "stream_time" else f"m.{name}"
+        for name, _ in metrics.COLUMNS
+    )
+    views = [
+        (f"{p.name}_window_state", f"SELECT * EXCEPT ({SEQ}, {ENTRY}) FROM {state} WHERE {BUCKET} >= 0"),
+        (
+            f"{p.name}_ledger",
+            f"SELECT r.* FROM (SELECT from_json({ENTRY}, '{ledger.LEDGER_SCHEMA}') AS r FROM {state} "
+            f"WHERE {BUCKET} = {LEDGER_BUCKET})",
+        ),
+        (
+            f"{p.name}_metrics",
+            f"SELECT '{p.name}' AS pipeline, batch_id, seq, {metrics_columns} FROM (SELECT batch_id, seq, "
+            f"stream_time, from_json(metrics, '{metrics.JSON_SCHEMA}') AS m FROM {ledger_view} "
+            "WHERE status = 'committed')",
+        ),
+    ]
+    late = bookkeeping.late_schema(tables.read(spark, layout.state))
+    if late is not None:
+        views.append(
+            (
+                f"{p.name}_late_records",
+                f"SELECT r.* FROM (SELECT from_json({ENTRY}, '{late}') AS r FROM {state} "
+                f"WHERE {BUCKET} = {LATE_BUCKET})",
+            )
+        )
+    return views
+
+
 def register(
     spark: SparkSession, schema: str, p: Pipeline, layout: tables.Tables, skip: Collection[str] = ()
 ) -> list[str]:
-    """Register the tables of ``p`` that exist as external tables of ``schema``; the names
-    (``schema.table``) registered now or before. Names in ``skip`` are known to be registered;
-    any other name the schema holds for another location is refused (FrameworkError)."""
+    """Register the tables of ``p`` that exist as external tables of ``schema``, and the views
+    over its ``_state``; the names (``schema.name``) registered now or before. Names in
+    ``skip`` are known to be registered; any other name the schema holds for another location
+    is refused (FrameworkError)."""
     todo = [(name, path) for name, path in table_names(p, layout) if f"{schema}.{name}" not in skip]
     if todo:
         spark.sql(f"CREATE SCHEMA IF NOT EXISTS `{check_schema(schema)}`")
@@ -69,18 +101,41 @@ def register(
     for name, path in ((name, _absolute(spark, path)) for name, path in todo):
         qualified = f"`{schema}`.`{name}`"
         if spark.catalog.tableExists(f"{schema}.{name}"):
-            location = spark.sql(f"DESCRIBE DETAIL {qualified}").collect()[0]["location"]
-            if not _same_location(location, path):
-                raise FrameworkError(
-                    f"pipeline {p.name!r}: catalog table {schema}.{name} already exists at "
-                    f"{location}, not at {path}: pick another schema, or drop that table first"
-                )
+            _check_location(spark, p, schema, name, path)
         elif tables.exists(spark, path):
             DeltaTable.createIfNotExists(spark).tableName(qualified).location(path).execute()
         else:
             continue  # not created yet: registered by a later batch
         registered.append(f"{schema}.{name}")
+    if f"{schema}.{p.name}_state" not in (*skip, *registered):
+        return registered
+    for name, query in view_queries(spark, schema, p, layout):
+        if f"{schema}.{name}" in skip:
+            registered.append(f"{schema}.{name}")
+            continue
+        if spark.catalog.tableExists(f"{schema}.{name}") and not _is_view(spark, schema, name):
+            _check_location(spark, p, schema, name, _absolute(spark, layout.legacy(_LEGACY[name[len(p.name) + 1 :]])))
+            spark.sql(f"DROP TABLE `{schema}`.`{name}`")  # external: the files stay
+        spark.sql(f"CREATE OR REPLACE VIEW `{schema}`.`{name}` AS {query}")
+        registered.append(f"{schema}.{name}")
     return registered
+
+
+_LEGACY = {"window_state": "window_state", "ledger": "_ledger", "metrics": "metrics", "late_records": "late_records"}
+
+
+def _is_view(spark: SparkSession, schema: str, name: str) -> bool:
+    return any(t.name == name and t.tableType == "VIEW" for t in spark.catalog.listTables(schema))
+
+
+def _check_location(spark: SparkSession, p: Pipeline, schema: str, name: str, path: str) -> None:
+    """Refuse catalog table ``schema.name`` unless it is the table at ``path``."""
+    location = spark.sql(f"DESCRIBE DETAIL `{schema}`.`{name}`").collect()[0]["location"]
+    if not _same_location(location, path):
+        raise FrameworkError(
+            f"pipeline {p.name!r}: catalog table {schema}.{name} already exists at "
+            f"{location}, not at {path}: pick another schema, or drop that table first"
+        )
 
 
 def _absolute(spark: SparkSession, path: str) -> str:

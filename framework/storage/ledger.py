@@ -1,14 +1,17 @@
 """The ledger: one row per batch, and the commit point.
 
-The ledger row is appended with Delta's transaction id (``txnAppId``/``txnVersion`` = the
-ledger's *fence* + 1, see ``commit_point``): a compare-and-append that Delta decides, so of two
+Ledger rows live in the pipeline's ``_state`` table beside window state (``LEDGER_BUCKET``
+rows, the row as JSON in ``ENTRY``), so the batch's one commit to that table carries its state
+change, its ledger row, its metrics (a column of the row) and its late records: that commit is
+the commit point. It is made with Delta's transaction id (``txnAppId``/``txnVersion`` = the
+table's *fence* + 1, see ``commit_point``): a compare-and-commit that Delta decides, so of two
 attempts that read the same ledger, at most one commits, on any store. Maintenance commits set
 no transaction id, so they never fence a batch out.
 
 A batch id has at most one ``committed`` row; a replay turns the rows of its range ``replaced``
 and appends their new ``committed`` rows. ``LedgerRow`` is the one description of a row: the
-table's schema is derived from it, and rows of older ledgers (without its later columns) read
-into it with those columns None.
+schema users read (``frame``) is derived from it, and rows of older ledgers (without its later
+fields) read into it with those fields None.
 """
 
 from __future__ import annotations
@@ -20,13 +23,15 @@ import json
 import types
 import typing
 from dataclasses import dataclass
+from typing import Callable
 
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
+from ..definition.columns import BUCKET, ENTRY, LEDGER_BUCKET, SEQ
 from ..execution.streamtime import to_datetime
 from . import tables
-from .writes import LEDGER_APP, history_since, save, version_of
+from .writes import LEDGER_APP, history_since, version_of
 
 
 class Status(str, enum.Enum):
@@ -59,6 +64,7 @@ class LedgerRow:
     windows_open: int | None = None
     output_base: int | None = None  # a MERGEd sink's version before the batch (a replay restores it)
     metrics: str | None = None  # the batch's metrics as JSON (stream_time aside)
+    late_schema: str | None = None  # the DDL of the batch's late records (kept as JSON, ``LATE_BUCKET``)
 
     @classmethod
     def of(cls, row: Row) -> LedgerRow:
@@ -67,8 +73,20 @@ class LedgerRow:
         fields: dict[str, typing.Any] = {name: values.get(name) for name in COLUMNS}
         return cls(**fields)
 
+    @classmethod
+    def from_json(cls, text: str) -> LedgerRow:
+        """A row as ``to_json`` wrote it (fields a newer version added are ignored)."""
+        values = json.loads(text)
+        at = values.get("at")
+        fields: dict[str, typing.Any] = {name: values.get(name) for name in COLUMNS}
+        return cls(**fields | {"at": dt.datetime.fromisoformat(at) if at else None})
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self) | {"at": self.at.isoformat() if self.at else None})
+
     def version(self, table: str) -> int | None:
-        """The version of state table ``table`` (``state``, ``buffer``) this batch left."""
+        """The version of state table ``table`` this batch planned from (``state``: ``_state``)
+        or left (``buffer``)."""
         return getattr(self, f"{table}_version")
 
     def recorded_metrics(self) -> dict | None:
@@ -92,7 +110,22 @@ LEDGER_SCHEMA = ", ".join(f"{name} {_sql_type(hint)}" for name, hint in typing.g
 
 
 def to_frame(spark: SparkSession, rows: list[LedgerRow]) -> DataFrame:
-    return spark.createDataFrame([dataclasses.astuple(r) for r in rows], LEDGER_SCHEMA)
+    """``rows`` as ``_state`` rows (``BUCKET`` = ``LEDGER_BUCKET``, ``SEQ``, ``ENTRY``)."""
+    return spark.createDataFrame(
+        [(LEDGER_BUCKET, r.seq, r.to_json()) for r in rows], f"{BUCKET} long, {SEQ} long, {ENTRY} string"
+    )
+
+
+def frame(state: DataFrame) -> DataFrame:
+    """The ledger rows of a ``_state`` table, with ``LedgerRow``'s columns."""
+    rows = state.filter(F.col(BUCKET) == LEDGER_BUCKET)
+    return rows.select(F.from_json(ENTRY, LEDGER_SCHEMA).alias("r")).select("r.*")
+
+
+def rows_at(spark: SparkSession, path: str, version: int) -> list[LedgerRow]:
+    """The ledger rows of the ``_state`` table at ``path`` as of ``version`` (only the ledger's partition is read)."""
+    state = tables.read(spark, path, version)
+    return [LedgerRow.from_json(r[0]) for r in state.filter(F.col(BUCKET) == LEDGER_BUCKET).select(ENTRY).collect()]
 
 
 def committed(ledger: DataFrame) -> DataFrame:
@@ -103,14 +136,6 @@ def committed(ledger: DataFrame) -> DataFrame:
 def committed_rows(rows: list[LedgerRow]) -> list[LedgerRow]:
     """The committed rows among ``rows``, by sequence number: the last is the last committed batch."""
     return sorted((r for r in rows if r.status == Status.COMMITTED), key=lambda r: r.seq)
-
-
-def last_committed(spark: SparkSession, path: str, batch_id: str | None = None) -> LedgerRow | None:
-    """The last committed row of the ledger at ``path`` (of batch ``batch_id`` if given); None
-    when there is none, or no ledger yet."""
-    if not tables.exists(spark, path):
-        return None
-    return last_committed_of(tables.read(spark, path), batch_id)
 
 
 def last_committed_of(ledger: DataFrame, batch_id: str | None = None) -> LedgerRow | None:
@@ -130,6 +155,9 @@ def ledger_head(spark: SparkSession, path: str) -> tuple[str, int, int]:
         return current.metadata().id(), current.version(), int(recorded.get()) if recorded.isDefined() else 0
 
 
+NO_LEDGER = ("", -1, 0)  # what ``Ledgers.read`` sees before the table exists: no id, version, fence
+
+
 class Ledgers:
     """The ledgers a runtime read, by path: rows known at a version of a table are not read
     again (a Delta version never changes), nor its fence (reading it costs a Spark job)."""
@@ -139,30 +167,32 @@ class Ledgers:
         self._known: dict[str, tuple[tuple[str, int, int], list[LedgerRow]]] = {}
 
     def read(self, path: str) -> tuple[tuple[str, int, int], list[LedgerRow]]:
-        """The ledger's (table id, version, fence) and rows, creating it if need be."""
-        tables.create(self.spark, path, LEDGER_SCHEMA)
+        """The ``_state`` table's (id, version, fence) and ledger rows; ``NO_LEDGER`` and no
+        rows before the table exists."""
+        current = tables.head(self.spark, path)
+        if current is None:
+            return NO_LEDGER, []
         known = self._known.get(path)
-        if known is not None and known[0][:2] == tables.head(self.spark, path):
+        if known is not None and known[0][:2] == current:
             return known
         seen = ledger_head(self.spark, path)
-        return seen, [LedgerRow.of(r) for r in tables.read(self.spark, path, seen[1]).collect()]
+        return seen, rows_at(self.spark, path, seen[1])
 
     def appended(self, path: str, seen: tuple[str, int, int], rows: list[LedgerRow], row: LedgerRow, made: int) -> None:
         """Remember that commit ``made`` appended ``row`` to the ledger read as ``seen``, ``rows``."""
-        if made == seen[1] + 1:  # nothing came between: the rows known are current
+        if made == seen[1] + 1 and seen[0]:  # nothing came between: the rows known are current
             self._known[path] = ((seen[0], made, seen[2] + 1), [*rows, row])
 
 
-def commit_point(
-    df: DataFrame, path: str, read_version: int, fence: int, tag: str, mode: str = "append", **options: str
-) -> int | None:
-    """Write ``df`` to the ledger at ``path`` in one commit, unless another batch or replay
-    committed to it since this attempt read it (at ``read_version``, with ``fence``, see
-    ``ledger_head``). Returns the version this commit made, or None if it was fenced out.
+def commit_point(spark: SparkSession, path: str, read_version: int, tag: str, commit: Callable[[], None]) -> int | None:
+    """Run ``commit`` (one commit to the ``_state`` table at ``path`` tagged ``tag``, made with
+    transaction id ``LEDGER_APP`` and the fence this attempt read + 1) and return the version
+    it made, or None if Delta skipped it: another batch or replay committed since this attempt
+    read the table at ``read_version``.
 
-    Delta keeps the last ``txnVersion`` of ``LEDGER_APP`` in the table's log: a write whose
-    version is not above it is skipped, and of two racing ones the second fails. Every ledger
-    write uses the fence it read + 1, so this is a compare-and-set decided by Delta; maintenance
-    commits carry no transaction version and leave the fence as it was."""
-    save(df, path, tag, mode, **options, txnAppId=LEDGER_APP, txnVersion=str(fence + 1))
-    return version_of(history_since(df.sparkSession, path, read_version), tag)
+    Delta keeps the last ``txnVersion`` of ``LEDGER_APP`` in the table's log: a commit whose
+    version is not above it is skipped, and of two racing ones the second fails. Every commit
+    point uses the fence it read + 1, so this is a compare-and-set decided by Delta;
+    maintenance commits carry no transaction version and leave the fence as it was."""
+    commit()
+    return version_of(history_since(spark, path, read_version), tag)

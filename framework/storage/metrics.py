@@ -1,13 +1,12 @@
 """Per-batch metrics with KIP-328's names (``-`` written ``_`` in column names).
 
-One row per batch in ``<pipeline>/metrics``; ``KIP_NAMES`` maps each column to its KIP name.
+One row per batch, kept in the batch's ledger row (``LedgerRow.metrics``, as JSON) and read by
+``bookkeeping.read_metrics``; ``KIP_NAMES`` maps each column to its KIP name.
 """
 
 from __future__ import annotations
 
 import logging
-
-from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("framework.metrics")
 
@@ -29,10 +28,12 @@ COLUMNS = [
 ]
 KIP_NAMES = {c: c.replace("_", "-") for c, _ in COLUMNS}
 SCHEMA = "pipeline string, batch_id string, seq long, " + ", ".join(f"{c} {t}" for c, t in COLUMNS)
+#: The ledger row's ``metrics`` JSON (stream time is a ledger column of its own).
+JSON_SCHEMA = ", ".join(f"{c} {t}" for c, t in COLUMNS if c != "stream_time")
 
 
-def frame(spark: SparkSession, pipeline: str, batch_id: str, seq: int, values: dict) -> DataFrame:
-    """The metrics row of one batch (missing values are null), logged as it is built."""
+def report(pipeline: str, batch_id: str, seq: int, values: dict) -> None:
+    """Log a committed batch's metrics, KIP names and values (missing ones None)."""
     log.info(
         "pipeline=%s batch=%s seq=%s %s",
         pipeline,
@@ -40,4 +41,3 @@ def frame(spark: SparkSession, pipeline: str, batch_id: str, seq: int, values: d
         seq,
         " ".join(f"{KIP_NAMES[c]}={values.get(c)}" for c, _ in COLUMNS),
     )
-    return spark.createDataFrame([(pipeline, batch_id, seq, *[values.get(c) for c, _ in COLUMNS])], SCHEMA)

@@ -1,10 +1,12 @@
-"""Writing a batch's state tables: window state MERGEd (or rewritten where due), the
-rate-limiting buffer replaced.
+"""Writing a batch's state: the commit point (window state MERGEd or rewritten where due,
+with the batch's ledger row and late records, in one commit to ``_state``) and the
+rate-limiting buffer, replaced.
 
-Each write is ``writes.advance``: from the version the last committed batch recorded, undoing
-first whatever an attempt that never committed left there, and tagged, so a re-run finds it
-made. Returns the version the table is at after the write (the ledger records it), or ``base``
-when the batch does not change the table.
+The commit point is made with the fence the attempt read (``ledger.commit_point``), so it lands
+only if no other batch or replay committed since: ``_state`` holds nothing an attempt that never
+committed wrote. The buffer, a table of its own, is advanced with ``writes.advance``: from the
+version the last committed batch recorded, undoing first whatever an attempt that never
+committed left there.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from typing import Callable
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 
-from ..definition.columns import BUCKET, CLOSE, GONE
+from ..definition.columns import BUCKET, CLOSE, ENTRY, GONE, SEQ
 from ..definition.pipeline import Pipeline
 from ..definition.windows import SlidingWindows
 from ..execution import engine
@@ -29,55 +32,68 @@ def buffer_path(t: tables.Tables, p: Pipeline) -> str | None:
     return t.buffer(p.suppression.name) if p.rate_limited else None
 
 
-def path(t: tables.Tables, p: Pipeline, table: str) -> str | None:
-    """The path of state table ``table`` (one of ``TABLES``), None if ``p`` has none."""
-    return buffer_path(t, p) if table == "buffer" else getattr(t, table)
+def windows(spark: SparkSession, path: str, version: int) -> DataFrame | None:
+    """The window state of the ``_state`` table at ``path`` as of ``version`` (its window
+    partitions only); None before any batch wrote window state."""
+    if version < 0:
+        return None
+    rows = tables.read(spark, path, version)
+    if CLOSE not in rows.columns:  # only bookkeeping so far
+        return None
+    return rows.filter(F.col(BUCKET) >= 0).drop(SEQ, ENTRY)
 
 
-def write_state(
+def commit(
     spark: SparkSession,
     path: str,
     p: Pipeline,
     outcome: engine.Outcome,
-    base: int | None,
-    tag: str,
+    bookkeeping: DataFrame,
     sta: int | None,
+    tag: str,
+    txn_version: int,
     cache: Callable[[DataFrame], DataFrame],
-) -> int | None:
-    """Window state: rewritten where the plan replaces it, else its changes MERGEd by window
-    identity (gone and closed windows deleted; sliding windows are held after they close, until
-    the plan marks them gone, as later records find their previous record through them)."""
+) -> None:
+    """The commit point: in one commit to the ``_state`` table at ``path``, tagged ``tag`` and
+    made with transaction version ``txn_version``, the batch's window state change and its
+    ``bookkeeping`` rows (ledger row, late records: ``_bucket`` < 0, which no state change
+    touches). Window state is rewritten where the plan replaces it, else its changes are MERGEd
+    by window identity (gone and closed windows deleted; sliding windows are held after they
+    close, until the plan marks them gone, as later records find their previous record through
+    them); a batch that changes no window state appends its bookkeeping rows."""
+    windows = f"{BUCKET} >= 0"
     if outcome.state_rewrite is not None:
         rows, replaced = outcome.state_rewrite
-        tables.create(spark, path, rows.schema, partition_by=BUCKET)
-        return writes.advance(spark, path, base, tag, lambda: writes.rewrite(rows, path, replaced, tag))
+        data = rows.unionByName(bookkeeping, allowMissingColumns=True)
+        tables.create(spark, path, data.schema, partition_by=BUCKET)
+        writes.rewrite(data, path, f"({replaced}) AND {windows}", tag, mergeSchema="true", **writes.once(txn_version))
+        return
     if outcome.state_changes is None:
-        return base
+        tables.create(spark, path, bookkeeping.schema, partition_by=BUCKET)
+        writes.save(bookkeeping, path, tag, mergeSchema="true", **writes.once(txn_version))
+        return
     changes = cache(outcome.state_changes)
-    columns = [c for c in changes.columns if c != GONE]
-    tables.create(spark, path, changes.select(*columns).schema, partition_by=BUCKET)
-    on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in p.identity)
+    source = changes.unionByName(bookkeeping.withColumn(GONE, F.lit(False)), allowMissingColumns=True)
+    columns = [c for c in source.columns if c != GONE]
+    tables.create(spark, path, source.select(*columns).schema, partition_by=BUCKET)
+    on = " AND ".join([f"t.{windows}", f"s.{windows}", *(f"t.`{c}` = s.`{c}`" for c in p.identity)])
     due = "false" if isinstance(p.windows, SlidingWindows) else f"s.{CLOSE} <= {sta if sta is not None else NO_TIME}"
     values: dict[str, str | Column] = {f"`{c}`": f"s.`{c}`" for c in columns}
-    return writes.advance(
+    writes.tagged(
         spark,
         path,
-        base,
         tag,
-        lambda: writes.tagged(
-            spark,
-            path,
-            tag,
-            lambda: (
-                DeltaTable.forPath(spark, path)
-                .alias("t")
-                .merge(changes.alias("s"), on)
-                .whenMatchedDelete(f"s.{GONE} OR {due}")
-                .whenMatchedUpdate(set=values)
-                .whenNotMatchedInsert(condition=f"NOT s.{GONE} AND NOT ({due})", values=values)
-                .execute()
-            ),
+        lambda: (
+            DeltaTable.forPath(spark, path)
+            .alias("t")
+            .merge(source.alias("s"), on)
+            .whenMatchedDelete(f"s.{GONE} OR {due}")
+            .whenMatchedUpdate(set=values)
+            .whenNotMatchedInsert(condition=f"s.{BUCKET} < 0 OR (NOT s.{GONE} AND NOT ({due}))", values=values)
+            .execute()
         ),
+        txn_version=txn_version,
+        evolve=True,
     )
 
 

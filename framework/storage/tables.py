@@ -2,17 +2,20 @@
 
 Per pipeline, under ``<warehouse>/<pipeline>/`` (see ``docs/design.md#state-tables``):
 
-- ``_ledger``      one *committed* row per batch: the commit point (``framework.storage.ledger``)
-- ``window_state`` open windows / sessions with their partial aggregates (and, for sliding
-                   windows, the closed ones a later record may still read), partitioned by
-                   ``_bucket`` (close-time bucket): closing reads only the buckets due
+- ``_state``       window state (open windows / sessions with their partial aggregates, and for
+                   sliding windows the closed ones a later record may still read), partitioned by
+                   ``_bucket`` (close-time bucket: closing reads only the buckets due), and in two
+                   partitions of their own the batch ledger (``framework.storage.ledger``: a row
+                   per batch with its metrics) and the late records. One commit per batch: the
+                   commit point. Read them by name (``framework.storage.bookkeeping``)
 - ``buffer_<name>`` ``until_time_limit`` only: the suppression buffer (one row per buffered key
                    and window), named by ``Suppressed.with_name`` (default ``suppress``)
 - ``<sink>``       the results table (final results, or a continuously updated table)
-- ``late_records`` records that landed in no window, with the stream time that made them late
-- ``metrics``      one row per batch (KIP-328 metric names, with ``_`` for ``-``)
 - ``_staging/``    what a batch attempt will publish once it has committed (removed after)
 - ``_gate/``       the last job run's validation outcome, for the DAG's quality gate (``framework.operations.outcome``)
+
+Earlier versions kept ``_ledger``, ``window_state``, ``metrics`` and ``late_records`` as tables
+of their own; ``framework.storage.upgrade`` moves them into ``_state``.
 """
 
 from __future__ import annotations
@@ -37,18 +40,9 @@ CREATE_WAIT_S = 30.0  # how long a runner waits for another runner's creation of
 # tables take about one commit each per batch, so with one interval they all checkpointed in the
 # same batch: over 1,000 batches every 10th batch took 1.3 to 2 s more than the median 5.8 s.
 # Distinct primes spread them: two tables checkpoint in the same batch in about 4 % of batches.
-CHECKPOINT_INTERVALS = {"_ledger": 11, "window_state": 13, "metrics": 19, "late_records": 23, "quality_results": 31}
+CHECKPOINT_INTERVALS = {"_state": 13, "quality_results": 31}
 BUFFER_CHECKPOINT_INTERVAL = 29  # ``buffer_<name>``
 OTHER_CHECKPOINT_INTERVAL = 17  # the sink, and any other table the framework creates
-
-# Delta keeps each commit's file for ``delta.logRetentionDuration`` (30 days; deleted at a
-# checkpoint, to the day), and every read of a table lists them all: 13 us per file here, so at
-# one commit per 5-minute batch a 30-day log adds 110 ms to every read, and a batch reads its
-# tables about 13 times. The framework never reads these tables at an older version, so they keep
-# one day; the state tables and the sink keep Delta's default (replay reads recorded versions).
-# (Not ``quality_results``: chosen by folder name, a sink may be called that.)
-SHORT_LOG_TABLES = frozenset({"_ledger", "metrics", "late_records"})
-SHORT_LOG_RETENTION = "interval 1 days"
 
 
 @dataclass(frozen=True)
@@ -59,12 +53,9 @@ class Tables:
     sink: str
 
     @property
-    def ledger(self) -> str:
-        return os.path.join(self.root, "_ledger")
-
-    @property
     def state(self) -> str:
-        return os.path.join(self.root, "window_state")
+        """The table of window state, the ledger and late records: the commit point's."""
+        return os.path.join(self.root, "_state")
 
     def buffer(self, name: str | None) -> str:
         """The rate-limiting buffer of suppression ``name`` (unnamed: ``suppress``)."""
@@ -75,16 +66,12 @@ class Tables:
         return os.path.join(self.root, self.sink)
 
     @property
-    def late(self) -> str:
-        return os.path.join(self.root, "late_records")
-
-    @property
-    def metrics(self) -> str:
-        return os.path.join(self.root, "metrics")
-
-    @property
     def staging(self) -> str:
         return os.path.join(self.root, "_staging")
+
+    def legacy(self, name: str) -> str:
+        """A table of the layout before ``_state``: ``_ledger``, ``window_state``, ``metrics``, ``late_records``."""
+        return os.path.join(self.root, name)
 
 
 def exists(spark: SparkSession, path: str) -> bool:
@@ -153,14 +140,12 @@ def latest_version(spark: SparkSession, path: str) -> int | None:
 
 def properties(path: str) -> dict[str, str]:
     """The Delta table properties the framework creates the table at ``path`` with, by the
-    table's role (its folder name): its checkpoint interval, and a short log retention for
-    bookkeeping tables."""
+    table's role (its folder name): its checkpoint interval."""
     name = os.path.basename(path.rstrip("/"))
     interval = CHECKPOINT_INTERVALS.get(name) or (
         BUFFER_CHECKPOINT_INTERVAL if name.startswith("buffer_") else OTHER_CHECKPOINT_INTERVAL
     )
-    retention = {"delta.logRetentionDuration": SHORT_LOG_RETENTION} if name in SHORT_LOG_TABLES else {}
-    return {"delta.checkpointInterval": str(interval), **retention}
+    return {"delta.checkpointInterval": str(interval)}
 
 
 def _nullable(schema: StructType) -> StructType:

@@ -86,13 +86,27 @@ def changes_rows(commit) -> bool:
     return (commit.userMetadata or "").startswith(TAG) or commit.operation not in MAINTENANCE
 
 
+def once(version: int) -> dict[str, str]:
+    """Write options that make Delta skip the write if a commit with transaction id
+    (``LEDGER_APP``, ``version`` or later) landed on the table."""
+    return {"txnAppId": LEDGER_APP, "txnVersion": str(version)}
+
+
 def tagged(
-    spark: SparkSession, path: str, tag: str, write: Callable[[], object], txn_version: int | None = None
+    spark: SparkSession,
+    path: str,
+    tag: str,
+    write: Callable[[], object],
+    txn_version: int | None = None,
+    evolve: bool = False,
 ) -> None:
     """Run ``write`` (a commit to the table at ``path``, DML included) with its commit's
     userMetadata set to ``tag``, holding the table's commit lock. With ``txn_version``, Delta
-    skips the write if a commit with transaction id (``LEDGER_APP``, that version or later) landed."""
+    skips the write if a commit with transaction id (``LEDGER_APP``, that version or later)
+    landed; ``evolve`` lets a MERGE add the source's new columns to the table."""
     confs = {"spark.databricks.delta.commitInfo.userMetadata": tag}
+    if evolve:
+        confs["spark.databricks.delta.schema.autoMerge.enabled"] = "true"
     if txn_version is not None:
         confs.update(
             {
@@ -112,10 +126,11 @@ def save(df: DataFrame, path: str, tag: str, mode: str = "append", **options: st
         df.write.format("delta").mode(mode).options(**properties(path), **options, userMetadata=tag).save(path)
 
 
-def rewrite(df: DataFrame, path: str, replaced: str | None, tag: str) -> None:
+def rewrite(df: DataFrame, path: str, replaced: str | None, tag: str, **options: str) -> None:
     """In one commit: remove the rows matching ``replaced`` (None: every row) and add ``df``
     (whose rows may lie outside ``replaced``: new partials go to later buckets)."""
-    options = {"replaceWhere": replaced} if replaced is not None else {}
+    if replaced is not None:
+        options["replaceWhere"] = replaced
     with (
         committing(path),
         session_conf(
