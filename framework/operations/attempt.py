@@ -61,7 +61,7 @@ from ..errors import (
 from ..execution.sources import BatchInput, check_drift, read_batch
 from ..execution.streamtime import to_datetime
 from ..storage import bookkeeping as kept_late
-from ..storage import files, ledger, metrics, sinks, state, tables, writes
+from ..storage import files, ledger, metrics, sinks, state, tables, upgrade, writes
 from ..storage.ledger import LedgerRow, Status
 from .planning import Kept, Plan, batch_metrics, definition, plan
 from .publication import PUBLICATION, finish
@@ -198,6 +198,8 @@ class BatchAttempt:
                 ),
             }
         )
+        if self.seen == ledger.NO_LEDGER and upgrade.upgrade(self.s.spark, self.p.name, self.t):
+            self.seen, self.rows = self.ledgers.read(self.t.state)
         committed = ledger.committed_rows(self.rows)
         self.last = committed[-1] if committed else None
         self.seq = self.last.seq + 1 if self.last else 1

@@ -46,7 +46,7 @@ from pyspark.sql import functions as F
 from ..definition.columns import BUCKET, SEQ
 from ..definition.pipeline import Pipeline
 from ..errors import ConcurrentBatchError, ReplayError
-from ..storage import files, ledger, state, tables, writes
+from ..storage import files, ledger, state, tables, upgrade, writes
 from ..storage.ledger import LedgerRow, Status
 from .attempt import BatchAttempt, BatchResult
 from .publication import PUBLICATION, Staged, finish
@@ -102,6 +102,7 @@ def replay(
     spark = s.spark
     steps = Steps(spark, f"pipeline {p.name!r}, replay of {todo[0].batch_id!r}..{todo[-1].batch_id!r}")
     where = steps.where
+    upgrade.upgrade(spark, p.name, t)
     seen, rows = ledgers.read(t.state)
     committed = ledger.committed_rows(rows)
     finish(steps, p, t, committed[-1] if committed else None)

@@ -91,10 +91,11 @@ def late_schema(state: DataFrame) -> str | None:
     return found[0]["late_schema"] if found else None
 
 
-def frame(late: DataFrame, seq: int) -> DataFrame:
-    """Late records of batch ``seq`` as ``_state`` rows (``LATE_BUCKET``, ``SEQ``, the record as JSON)."""
+def frame(late: DataFrame, seq: int | Column) -> DataFrame:
+    """Late records of batch ``seq`` (or each of the batch in column ``seq``) as ``_state`` rows
+    (``LATE_BUCKET``, ``SEQ``, the record as JSON)."""
     return late.select(
         F.lit(LATE_BUCKET).cast("long").alias(BUCKET),
-        F.lit(seq).cast("long").alias(SEQ),
+        (F.lit(seq) if isinstance(seq, int) else seq).cast("long").alias(SEQ),
         F.to_json(F.struct(*[F.col(c) for c in late.columns])).alias(ENTRY),
     )
