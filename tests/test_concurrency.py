@@ -57,7 +57,7 @@ name, batch = OWN[me]
 meet("own")
 print("OWN", Runtime(spark, lake, quality=False).run_batch(pipeline(name), "b0", frame(spark, batch)).status,
       flush=True)
-rt = Runtime(spark, lake, quality=False, before_write=lambda at: at == "ledger_commit" and meet("claim"))
+rt = Runtime(spark, lake, quality=False, before_write=lambda at: at == "commit_point" and meet("claim"))
 meet("race")
 try:
     print("RACE", rt.run_batch(pipeline(RACED[0]), "b0", frame(spark, RACED[1])).status, flush=True)

@@ -20,7 +20,7 @@ from framework import (
     TimeWindows,
 )
 from framework.operations.attempt import WRITE_POINTS
-from framework.storage import tables
+from framework.storage import bookkeeping, state, tables
 from framework.storage.state import buffer_path
 
 BATCHES = [
@@ -55,35 +55,28 @@ def run(rt, p, index, batch=None):
 
 
 def snapshot(rt, p):
-    """Every table of the pipeline that exists, minus what legitimately differs between runs
+    """Every table of the pipeline, read by name, minus what legitimately differs between runs
     (wall-clock times, attempt ids and the table versions they made)."""
-    t = rt.tables(p)
-    paths = {
-        "output": (t.output, ()),
-        "late": (t.late, ()),
-        "metrics": (t.metrics, ["batch_duration_ms"]),
-        "ledger": (
-            t.ledger,
-            [
-                "attempt",
-                "at",
-                "state_version",
-                "records_version",
-                "output_version",
-                "buffer_version",
-                "output_base",
-                "metrics",
-            ],
-        ),
-        "state": (t.state, ()),
+    spark, t = rt.spark, rt.tables(p)
+    volatile = ["attempt", "at", "state_version", "records_version", "output_version", "buffer_version"]
+    frames = {
+        "output": bookkeeping_frame(spark, t.output),
+        "late": bookkeeping.read_late(spark, t.root),
+        "metrics": _drop(bookkeeping.read_metrics(spark, t.root), "batch_duration_ms"),
+        "ledger": _drop(bookkeeping.read_ledger(spark, t.root), *volatile, "output_base", "metrics"),
+        "state": state.windows(spark, t.state, tables.latest_version(spark, t.state) or -1),
     }
     if p.rate_limited:
-        paths["buffer"] = (buffer_path(rt.tables(p), p), ())
-    return {
-        name: sorted(map(str, rt.spark.read.format("delta").load(path).drop(*drop).distinct().collect()))
-        for name, (path, drop) in paths.items()
-        if tables.exists(rt.spark, path)
-    }
+        frames["buffer"] = bookkeeping_frame(spark, buffer_path(t, p))
+    return {name: sorted(map(str, df.distinct().collect())) for name, df in frames.items() if df is not None}
+
+
+def bookkeeping_frame(spark, path):
+    return tables.read(spark, path) if tables.exists(spark, path) else None
+
+
+def _drop(df, *columns):
+    return None if df is None else df.drop(*columns)
 
 
 @pytest.mark.parametrize(
@@ -151,7 +144,7 @@ def test_ledger_rows_a_runtime_knows_are_not_trusted_for_a_ledger_created_again(
     run(first, p, 0)
     shutil.rmtree(first.tables(p).root)
     run(second, p, 1)
-    assert tables.latest_version(spark, first.tables(p).ledger) == 1  # the version `first` knows
+    assert tables.latest_version(spark, first.tables(p).state) == 1  # the version `first` knows
     again = run(first, p, 1)
     assert (again.status, again.seq) == ("already committed", 1)
 
@@ -200,7 +193,7 @@ def test_two_runners_of_one_batch_at_once_commit_it_once(spark, warehouse):
 
     def runner():
         rt = Runtime(
-            spark.newSession(), warehouse, quality=False, before_write=lambda at: at == "ledger_commit" and meet()
+            spark.newSession(), warehouse, quality=False, before_write=lambda at: at == "commit_point" and meet()
         )
         try:
             return run(rt, p, 1).status

@@ -40,7 +40,7 @@ for batch in range(2):
     run(rt, pipeline("killed"), batch)
 print("DONE", flush=True)
 """
-DETERMINISTIC = ("state", "output", "ledger_commit", "publish")  # state, staging, commit, publication
+DETERMINISTIC = ("buffer", "output", "commit_point", "publish")  # writes, staging, commit, publication
 RANDOM_KILLS = 1
 
 

@@ -93,7 +93,7 @@ def _maintain(spark, path, vacuum=True):
 
 def _tables(rt, p):
     t = rt.tables(p)
-    return [path for path in (t.ledger, t.state, t.output, t.late, t.metrics) if tables.exists(rt.spark, path)]
+    return [path for path in (t.state, t.output) if tables.exists(rt.spark, path)]
 
 
 # ---- 1. a failed quality gate, then corrected input -------------------------------------------
@@ -135,7 +135,7 @@ def test_a_batch_failing_its_gate_reruns_with_corrected_input_and_holds_off_the_
 
 
 # ---- 2. a retry beside a live first attempt ---------------------------------------------------
-@pytest.mark.parametrize("paused_at, retry_input", [("ledger_commit", "same"), ("state", "corrected")])
+@pytest.mark.parametrize("paused_at, retry_input", [("commit_point", "same"), ("buffer", "corrected")])
 def test_a_retry_beside_a_live_first_attempt_writes_the_batch_once(
     spark, warehouse, tmp_path_factory, paused_at, retry_input
 ):
@@ -160,7 +160,7 @@ def test_a_retry_beside_a_live_first_attempt_writes_the_batch_once(
 
 
 # ---- 3. other writers between a crash and its re-run, and during a batch ----------------------
-@pytest.mark.parametrize("crash_at", ["ledger_commit", "publish"])
+@pytest.mark.parametrize("crash_at", ["commit_point", "publish"])
 def test_maintenance_between_a_crash_and_the_rerun_changes_nothing(spark, warehouse, tmp_path_factory, crash_at):
     p = pipeline("maintained")
     lake = f"{warehouse}/lake"
@@ -189,7 +189,7 @@ def test_maintenance_during_a_batch_changes_nothing(spark, warehouse, tmp_path_f
     other = spark.newSession()
 
     def meanwhile(at):
-        if at in ("state", "ledger_commit", "publish"):
+        if at in ("buffer", "commit_point", "publish"):
             for path in _tables(Runtime(other, lake, quality=False), p):
                 _maintain(other, path, vacuum=at == "publish")
 
@@ -225,7 +225,7 @@ def test_a_crashed_attempt_reruns_with_corrected_input(spark, warehouse, tmp_pat
     run(Runtime(spark, lake, quality=False), p, 0)
 
     def crash(at):
-        if at == "ledger_commit":
+        if at == "commit_point":
             raise Crash(at)
 
     with pytest.raises(Crash):
@@ -242,11 +242,11 @@ def test_a_maintenance_commit_between_two_attempts_reads_lets_only_one_commit(sp
     p = pipeline("fenced")
     lake = f"{warehouse}/lake"
     run(Runtime(spark, lake, quality=False), p, 0)
-    first_paused, second_paused = _Paused("ledger_commit"), _Paused("ledger_commit")
+    first_paused, second_paused = _Paused("commit_point"), _Paused("commit_point")
     first = _in_thread(lambda: run(Runtime(spark.newSession(), lake, quality=False, before_write=first_paused), p, 1))
     assert first_paused.reached.wait(300)
     rt = Runtime(spark.newSession(), lake, quality=False)
-    _maintain(rt.spark, rt.tables(p).ledger, vacuum=False)
+    _maintain(rt.spark, rt.tables(p).state, vacuum=False)
     second = _in_thread(
         lambda: run(Runtime(spark.newSession(), lake, quality=False, before_write=second_paused), p, 1, FIXED_B1)
     )

@@ -92,7 +92,7 @@ def test_a_replay_must_reach_the_last_committed_batch(rt, spark):
 def test_a_replay_whose_restore_point_was_vacuumed_fails_naming_it(rt, spark):
     p = pipeline("replay")
     path = rt.tables(p).state
-    needed = rt.ledger(p).filter("status = 'committed' AND batch_id = 'b0000'").first().state_version
+    needed = rt.ledger(p).filter("status = 'committed' AND batch_id = 'b0001'").first().state_version
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     try:
         DeltaTable.forPath(spark, path).vacuum(0)
@@ -103,7 +103,7 @@ def test_a_replay_whose_restore_point_was_vacuumed_fails_naming_it(rt, spark):
         rt.replay(p, _batches(spark, 1))
     message = str(error.value)
     assert "pipeline 'replay', replay of 'b0001'..'b0002'" in message
-    assert f"table 'state' version {needed}" in message and "removed (VACUUM)" in message
+    assert f"table '_state' version {needed}" in message and "removed (VACUUM)" in message
     assert snapshot(rt, p) == tables and rt.ledger(p).count() == ledger
 
 
@@ -162,7 +162,7 @@ def test_two_replays_of_one_range_at_once_keep_the_winners_fix(spark, warehouse)
     lake = f"{warehouse}/lake"
     run_stream(Runtime(spark, lake, quality=False), p, BATCHES)
     fixed = [BATCHES[0], FIXED, BATCHES[2]]
-    slow = _Paused("ledger_commit")
+    slow = _Paused("commit_point")
 
     def dies(at):
         slow(at)
@@ -194,7 +194,7 @@ def test_a_replay_and_the_next_batch_at_once_one_wins_and_the_other_changes_noth
     p = pipeline("replay_race")
     lake = f"{warehouse}/lake"
     run_stream(Runtime(spark, lake, quality=False), p, BATCHES)
-    paused = _Paused("ledger_commit")
+    paused = _Paused("commit_point")
     replaying = _in_thread(
         lambda: Runtime(spark.newSession(), lake, quality=False, before_write=paused).replay(
             p, _batches(spark, 1, [BATCHES[0], FIXED, BATCHES[2]])
