@@ -25,6 +25,8 @@ from pathlib import Path
 import pytest
 from test_airflow import DAGS, ROOT, _ran_hours_like_one_batch
 
+from framework.storage import bookkeeping
+
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 START, HOURS, DAG_ID = dt.datetime(2026, 1, 1), 2, "user_alerts"  # two runs suffice to show their order
 NOTIFY = "user_alert_notifications"  # downstream of user_alerts' results asset
@@ -195,7 +197,7 @@ def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays
     for earlier, later in zip(intervals, intervals[1:]):  # each batch starts after the previous gate ended
         assert spans[(later, "spark_batch")][0] >= spans[(earlier, "quality_gate")][1]
     _ran_hours_like_one_batch(spark, tmp_path, HOURS)
-    ledger = spark.read.format("delta").load(str(tmp_path / "warehouse" / DAG_ID / "_ledger"))
+    ledger = bookkeeping.read_ledger(spark, str(tmp_path / "warehouse" / DAG_ID))
     replayed = ledger.filter(ledger.batch_id == last).collect()  # the replay re-ran the last batch
     assert sorted(r.status for r in replayed) == ["committed", "replaced"]
     _notified_once_per_final_row(spark, tmp_path, runs, delivered)

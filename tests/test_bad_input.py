@@ -144,12 +144,13 @@ def test_retyped_column_is_schema_drift(spark, warehouse):
 
 def test_a_corrupt_state_table_stops_the_batch_with_an_error_naming_it(spark, warehouse):
     rt, p = Runtime(spark, warehouse, quality=False), pipeline("corrupt")
-    rt.run_batch(p, "b0", frame(spark, [("A", 1, 1)]))
+    rt.run_batch(p, "b0", frame(spark, [("A", 1, 1), ("A", 20, 1)]))
+    published = rt.read_output(p).count()
     log = Path(rt.tables(p).state) / "_delta_log"
     latest = max(log.glob("*.json"))
     latest.write_text("{ this is not a Delta commit")
     spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # as a new process would start
-    with pytest.raises(BatchFailedError, match=r"'corrupt'.*'b1'.*failed while reading state") as failure:
-        rt.run_batch(p, "b1", frame(spark, [("A", 2, 1)], 1))
-    assert "window_state" in str(failure.value) or "window_state" in str(failure.value.__cause__)
-    assert rt.ledger(p).filter("status = 'committed'").count() == 1
+    with pytest.raises(BatchFailedError, match=r"'corrupt'.*'b1'.*failed while reading the ledger") as failure:
+        rt.run_batch(p, "b1", frame(spark, [("A", 40, 1)], 2))
+    assert "_state" in str(failure.value) or "_state" in str(failure.value.__cause__)
+    assert rt.read_output(p).count() == published == 1

@@ -40,14 +40,15 @@ def test_tables_are_external_tables_of_the_schema(spark, tmp_path):
     by_path = rt.read_output(p).select("k", "window_start", "n", "emitted_batch_id").collect()
     assert len(by_path) == 3 and sorted(by_name) == sorted(by_path)
     tables = {t.name: t for t in spark.catalog.listTables("lake_a")}
-    assert set(tables) == {
-        "cat_alert_windows",
-        "cat_alerts_ledger",
-        "cat_alerts_window_state",
-        "cat_alerts_late_records",
-        "cat_alerts_metrics",
-    }
-    assert all(t.tableType == "EXTERNAL" for t in tables.values())
+    views = {"cat_alerts_ledger", "cat_alerts_window_state", "cat_alerts_late_records", "cat_alerts_metrics"}
+    assert set(tables) == {"cat_alert_windows", "cat_alerts_state", *views}
+    assert {name for name, t in tables.items() if t.tableType == "VIEW"} == views
+    assert {t.tableType for name, t in tables.items() if name not in views} == {"EXTERNAL"}
+    by_view = spark.sql("SELECT seq, records_in, late_records FROM lake_a.cat_alerts_metrics").collect()
+    assert sorted(map(tuple, by_view)) == sorted(
+        map(tuple, rt.read_metrics(p).select(*by_view[0].__fields__).collect())
+    )
+    assert spark.sql("SELECT event_time FROM lake_a.cat_alerts_late_records").count() == 1
     ledger = spark.sql("SELECT batch_id FROM lake_a.cat_alerts_ledger WHERE status = 'committed' ORDER BY seq")
     assert [r.batch_id for r in ledger.collect()] == ["b0000", "b0001", "b0002"]
     # a new runtime (another job run) finds them registered and registers nothing twice
@@ -59,10 +60,10 @@ def test_a_name_the_schema_holds_for_another_table_stops_the_batch_before_it_run
     p = _pipeline("cat_other")
     run_stream(Runtime(spark, str(tmp_path / "first"), quality=False, catalog="lake_b"), p, STREAM[:1])
     second = Runtime(spark, str(tmp_path / "second"), quality=False, catalog="lake_b")
-    taken = r"catalog table lake_b\.cat_other_ledger already exists at \S*first/cat_other/_ledger, not at \S*second"
+    taken = r"catalog table lake_b\.cat_other_state already exists at \S*first/cat_other/_state, not at \S*second"
     with pytest.raises(FrameworkError, match=taken):
         run_stream(second, p, STREAM[:1])
-    assert not os.path.exists(tmp_path / "second" / "cat_other" / "_ledger")  # nothing ran
+    assert not os.path.exists(tmp_path / "second" / "cat_other" / "_state")  # nothing ran
 
 
 def test_the_schema_name_is_an_identifier(spark, tmp_path):

@@ -12,6 +12,7 @@ from harness import frame, in_parallel, run_stream
 from pyspark.sql import functions as F
 
 from framework import BufferConfig, Pipeline, Runtime, SlidingWindows, Suppressed, TimeWindows, agg
+from framework.definition.columns import BUCKET, LATE_BUCKET, LEDGER_BUCKET
 from framework.storage import commitlog, compaction, tables, writes
 
 BATCHES = 5
@@ -39,11 +40,20 @@ def _sizes(rt, p, windows):
         sizes.append(
             {
                 "open": result.metrics["windows_open"],
-                "rows": rt.spark.read.format("delta").load(path).count(),
-                "files": DeltaTable.forPath(rt.spark, path).detail().first().numFiles,
+                "rows": _windows(rt.spark, path).count(),
+                "files": len(_windows(rt.spark, path).inputFiles()),
             }
         )
     return sizes
+
+
+def _windows(spark, path):
+    return spark.read.format("delta").load(path).filter(F.col(BUCKET) >= 0)
+
+
+def _files(spark, path, bucket):
+    """The live files of partition ``bucket`` of the ``_state`` table at ``path``."""
+    return len(spark.read.format("delta").load(path).filter(F.col(BUCKET) == bucket).inputFiles())
 
 
 def test_window_state_holds_only_open_windows_however_many_batches_ran(spark, warehouse):
@@ -75,39 +85,38 @@ def test_window_state_holds_only_open_windows_however_many_batches_ran(spark, wa
 
 def _compaction_run(spark, warehouse, every, monkeypatch):
     """Seven batches (each with a late record from batch 2 on) with compaction every ``every``
-    batches; the runtime, the pipeline and each bookkeeping table's live files."""
+    batches; the runtime, the pipeline and the live files of the ledger's and the late records'
+    partitions of ``_state``."""
     monkeypatch.setattr(compaction, "EVERY", every)
     rt, p = Runtime(spark, warehouse, quality=False), _pipeline("compacted", TimeWindows.of_size_and_grace(10, 2))
     batches = [[("A", 10 * i + 1, 1), ("B", 10 * i + 2, 1), *([("A", 0, 1)] if i >= 2 else [])] for i in range(7)]
     run_stream(rt, p, batches)
-    paths = compaction.bookkeeping(rt.tables(p))
-    return rt, p, batches, [DeltaTable.forPath(spark, path).detail().first().numFiles for path in paths]
+    path = rt.tables(p).state
+    return rt, p, batches, [_files(spark, path, bucket) for bucket in (LEDGER_BUCKET, LATE_BUCKET)]
 
 
 def _rows(rt, p):
     """What a reader sees: results, metrics and late records (not timings), and the ledger's batches."""
-    spark, t = rt.spark, rt.tables(p)
-    read = {name: spark.read.format("delta").load(path) for name, path in (("out", t.output), ("late", t.late))}
     return (
-        sorted(map(tuple, read["out"].collect())),
-        sorted(map(tuple, read["late"].collect())),
+        sorted(map(tuple, rt.read_output(p).collect())),
+        sorted(map(tuple, rt.read_late(p).collect())),
         sorted(map(tuple, rt.read_metrics(p).drop("batch_duration_ms").collect())),
         sorted((r.seq, r.batch_id, r.status, r.stream_time) for r in rt.ledger(p).collect()),
     )
 
 
-def test_bookkeeping_tables_compact_themselves_and_keep_every_row(spark, tmp_path, monkeypatch):
-    """Every ``compaction.EVERY`` batches the ledger, metrics and late-records tables are
-    compacted after publication: their live files stay bounded, a reader sees the same rows as
-    without compaction, and a re-run, the next batch and a replay behave as before."""
+def test_bookkeeping_partitions_compact_themselves_and_keep_every_row(spark, tmp_path, monkeypatch):
+    """Every ``compaction.EVERY`` batches the ledger's and the late records' partitions of
+    ``_state`` are compacted after publication: their live files stay bounded, a reader sees the
+    same rows as without compaction, and a re-run, the next batch and a replay behave as before."""
     rt, p, batches, files = _compaction_run(spark, str(tmp_path / "compacted"), 3, monkeypatch)
     plain, _, _, plain_files = _compaction_run(spark, str(tmp_path / "plain"), 10**9, monkeypatch)
-    appends = (7, 7, 5)  # ledger and metrics: a row per batch; late records: batches 3 to 7
+    appends = (7, 5)  # the ledger: a row per batch; late records: batches 3 to 7
     k = [n // a for n, a in zip(plain_files, appends)]  # files per append
     assert plain_files == [a * n for a, n in zip(appends, k)] and min(k) >= 1
-    # the tables take turns: ledger after seq 3 and 6, metrics after 2 and 5, late records after 7
-    assert files == [1 + k[0], 1 + 2 * k[1], 1]
-    ops = [r.operation for r in DeltaTable.forPath(spark, rt.tables(p).ledger).history().collect()]
+    # compacted after seq 3 and 6: one file each, then batch 7's append
+    assert files == [1 + k[0], 1 + k[1]]
+    ops = [r.operation for r in DeltaTable.forPath(spark, rt.tables(p).state).history().collect()]
     assert ops.count("OPTIMIZE") == 2
     assert _rows(rt, p) == _rows(plain, p)
 
@@ -141,9 +150,9 @@ def test_a_batch_checkpoints_one_table_not_all_of_them(spark, warehouse):
     rt, p = Runtime(spark, warehouse, quality=False), _pipeline("spread", TimeWindows.of_size_and_grace(10, 2))
     run_stream(rt, p, [[("A", 10 * i + 1, 1), ("B", 10 * i + 2, 1), ("A", 0, 1)] for i in range(2, 22)])
     t = rt.tables(p)
-    checkpointed = {path: _checkpointed_batches(path) for path in (t.ledger, t.state, t.output, t.metrics, t.late)}
+    checkpointed = {path: _checkpointed_batches(path) for path in (t.state, t.output)}
     seqs = [seq for found in checkpointed.values() for seq in found]
-    assert len(seqs) == len(set(seqs)) >= 4, checkpointed
+    assert len(seqs) == len(set(seqs)) >= 2, checkpointed
     for path in checkpointed:
         properties = DeltaTable.forPath(spark, path).detail().first().properties
         assert properties["delta.checkpointInterval"] == tables.properties(path)["delta.checkpointInterval"], path
@@ -164,16 +173,14 @@ def test_batches_in_fresh_processes_read_checkpointed_tables(spark, warehouse, m
         batch = [("A", 10 * i + 1, 1), ("A", 0, 1)]  # 0 is late from the second batch on
         assert rt.run_batch(p, f"b{i:04d}", frame(spark, batch, 2 * i)).status == "committed"
     t = rt.tables(p)
-    for path in (t.ledger, t.state, t.output, t.metrics, t.late):
+    for path in (t.state, t.output):
         assert list(Path(path, "_delta_log").glob("*.checkpoint.parquet")), path
 
 
-def test_bookkeeping_logs_keep_a_day_state_logs_keep_what_replay_reads(spark, warehouse, monkeypatch):
-    """Every read of a Delta table lists its whole log, so a log that keeps 30 days of commits
-    makes every batch slower for a month. Ledger, metrics and late records (never read at an
-    older version) keep one day; window state keeps Delta's default, for replay. Commit files
-    aged three days: at the next checkpoints Delta deletes the bookkeeping tables' and keeps
-    window state's, and a re-run and a replay still work."""
+def test_the_state_log_keeps_what_replay_reads(spark, warehouse, monkeypatch):
+    """``_state`` (window state and the ledger) keeps Delta's default log retention: a replay
+    reads the version a batch planned from. Commit files aged three days survive the next
+    checkpoints, and a re-run and a replay still work."""
     for role in tables.CHECKPOINT_INTERVALS:
         monkeypatch.setitem(tables.CHECKPOINT_INTERVALS, role, 2)
     rt, p = Runtime(spark, warehouse, quality=False), _pipeline("short_log", TimeWindows.of_size_and_grace(10, 2))
@@ -182,18 +189,12 @@ def test_bookkeeping_logs_keep_a_day_state_logs_keep_what_replay_reads(spark, wa
     run_stream(rt, p, batches[:3], ids=ids[:3])
     t = rt.tables(p)
     three_days_ago = time.time() - 3 * 86_400
-    aged = {path: sorted(Path(path, "_delta_log").glob("*.json")) for path in (t.ledger, t.metrics, t.late, t.state)}
-    for commits in aged.values():
-        for commit in commits:
-            os.utime(commit, (three_days_ago, three_days_ago))
+    aged = sorted(Path(t.state, "_delta_log").glob("*.json"))
+    for commit in aged:
+        os.utime(commit, (three_days_ago, three_days_ago))
     run_stream(rt, p, batches[3:], ids=ids[3:])
-
-    for path in (t.ledger, t.metrics, t.late):
-        assert not any(commit.exists() for commit in aged[path][:-1]), path  # all but the last checkpoint's
-        assert DeltaTable.forPath(spark, path).detail().first().properties["delta.logRetentionDuration"] == (
-            tables.SHORT_LOG_RETENTION
-        )
-    assert all(commit.exists() for commit in aged[t.state])
+    assert list(Path(t.state, "_delta_log").glob("*.checkpoint.parquet"))
+    assert all(commit.exists() for commit in aged)
     assert rt.run_batch(p, ids[0], frame(spark, batches[0], 0)).status == "already committed"
     replayed = rt.replay(p, [(ids[5], frame(spark, batches[5], 4))])  # reads state as recorded before it
     assert replayed.emitted == replayed.removed

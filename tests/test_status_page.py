@@ -19,6 +19,7 @@ import pytest
 from framework import BufferConfig, InputError, Pipeline, Runtime, Suppressed, TimeWindows, agg
 from framework.operations.statuspage import CHARTS
 from framework.orchestration.cli import main
+from framework.storage import bookkeeping
 from framework.storage.metrics import KIP_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +61,7 @@ def lake(spark, tmp_path_factory):
         Runtime(spark, warehouse).run_batch(QUIET, "b0", spark.createDataFrame([("a",)], "k string"))
     html = root / "status.html"
     status = _run(["status", "--warehouse", warehouse, "--html", str(html)])
-    metrics = spark.read.format("delta").load(f"{warehouse}/user_alerts/metrics").orderBy("seq").collect()
+    metrics = bookkeeping.read_metrics(spark, f"{warehouse}/user_alerts").orderBy("seq").collect()
     return SimpleNamespace(
         backfill=backfill,
         replay=replay,
