@@ -204,6 +204,17 @@ def _aggregate(df: DataFrame, w: Workload) -> DataFrame:
     )
 
 
+def _txn_lookups(spark: SparkSession, ids: set[int]) -> int:
+    """Jobs among ``ids`` that computed a Delta snapshot's transaction ids (``Snapshot.transactions``:
+    what a commit with ``txnAppId`` and a fence read cost, one Spark job per snapshot)."""
+    jobs = spark._jsc.sc().statusStore().jobsList(None)
+    return sum(
+        1
+        for j in (jobs.apply(k) for k in range(jobs.size()))
+        if j.jobId() in ids and j.name().startswith("transactions")
+    )
+
+
 def _job_seconds(spark: SparkSession, ids: set[int]) -> dict[str, float]:
     """Seconds per job name (Spark's call site, e.g. ``collect at runtime.py:171``) over the jobs
     ``ids``, largest first: where a framework batch spends its time."""
@@ -236,6 +247,7 @@ class Runners:
         self.stream_in.mkdir(exist_ok=True)
         self.jobs: list[int] = []
         self.commits: list[int] = []
+        self.txn_lookups: list[int] = []
 
     def _delta_commits(self) -> int:
         return sum(1 for _ in (self.work / "a").rglob("_delta_log/*.json"))
@@ -250,7 +262,9 @@ class Runners:
         for prop in ("spark.jobGroup.id", "spark.job.description"):
             sc.setLocalProperty(prop, None)  # later jobs of a shared session (tests) stay ungrouped
         self.jobs.append(len(sc.statusTracker().getJobIdsForGroup(group)))
-        self.job_seconds = _job_seconds(self.spark, set(sc.statusTracker().getJobIdsForGroup(group)))
+        ids = set(sc.statusTracker().getJobIdsForGroup(group))
+        self.job_seconds = _job_seconds(self.spark, ids)
+        self.txn_lookups.append(_txn_lookups(self.spark, ids))
         self.commits.append(self._delta_commits() - commits)
         return seconds
 
@@ -344,7 +358,7 @@ def run(
             print(
                 f"batch {i}: "
                 + "  ".join(f"{n}={s[-1]:.1f}s" for n, s in seconds.items())
-                + f"  A jobs={r.jobs[-1]} A commits={r.commits[-1]}",
+                + f"  A jobs={r.jobs[-1]} A commits={r.commits[-1]} A txn lookups={r.txn_lookups[-1]}",
                 flush=True,
             )
         metrics = (
@@ -374,11 +388,12 @@ def run(
             "ratio_a_over_b": round(stats["A"]["median_s"] / stats["B"]["median_s"], 2),
             "ratio_a_over_c": round(stats["A"]["median_s"] / stats["C"]["median_s"], 2),
             "state_bytes": {
-                "A": disk_bytes(work / "a" / "bench" / "window_state"),
+                "A": disk_bytes(work / "a" / "bench" / "_state"),
                 "B": disk_bytes(work / "b_checkpoint" / "state"),
             },
             "a_spark_jobs_per_batch": r.jobs,
             "a_delta_commits_per_batch": r.commits,
+            "a_txn_lookups_per_batch": r.txn_lookups,
             "a_job_seconds_last_batch": r.job_seconds,
             "a_late_record_drops": int(metrics.late or 0),
             "a_max_windows_open": int(metrics.open or 0),
@@ -467,7 +482,9 @@ def markdown(rep: dict) -> str:
         f"{rep['events']:,} events, {rep['batches']} batches, "
         f"{rep['keys']:,} keys. A/B = {rep['ratio_a_over_b']}, A/C = {rep['ratio_a_over_c']} (medians). "
         f"A: {statistics.median(rep['a_spark_jobs_per_batch']):.0f} Spark jobs and "
-        f"{statistics.median(rep['a_delta_commits_per_batch']):.0f} Delta commits per batch (median). "
+        f"{statistics.median(rep['a_delta_commits_per_batch']):.0f} Delta commits and "
+        f"{statistics.median(rep.get('a_txn_lookups_per_batch') or [0]):.0f} transaction-id lookups per batch "
+        "(median). "
         + (
             f"Cross-check A = B = truth: {'passed' if cc['passed'] else 'FAILED'} ({cc['rows_a']:,} rows). "
             if cc["passed"] is not None

@@ -54,8 +54,11 @@ def table_names(p: Pipeline, layout: tables.Tables) -> list[tuple[str, str]]:
     return named
 
 
-def view_queries(spark: SparkSession, schema: str, p: Pipeline, layout: tables.Tables) -> list[tuple[str, str]]:
-    """(view name, query) of each view over ``p``'s ``_state`` table registered in ``schema``."""
+def view_queries(
+    spark: SparkSession, schema: str, p: Pipeline, layout: tables.Tables, late: bool = True
+) -> list[tuple[str, str]]:
+    """(view name, query) of each view over ``p``'s ``_state`` table registered in ``schema``;
+    the late records' once a batch kept one (``late``: look for it, reading the ledger)."""
     state, ledger_view = f"`{schema}`.`{p.name}_state`", f"`{schema}`.`{p.name}_ledger`"
     metrics_columns = ", ".join(
         "timestamp_millis(stream_time) AS stream_time" if name == "stream_time" else f"m.{name}"
@@ -75,12 +78,12 @@ def view_queries(spark: SparkSession, schema: str, p: Pipeline, layout: tables.T
             "WHERE status = 'committed')",
         ),
     ]
-    late = bookkeeping.late_schema(tables.read(spark, layout.state))
-    if late is not None:
+    schema_of_late = bookkeeping.late_schema(tables.read(spark, layout.state)) if late else None
+    if schema_of_late is not None:
         views.append(
             (
                 f"{p.name}_late_records",
-                f"SELECT r.* FROM (SELECT from_json({ENTRY}, '{late}') AS r FROM {state} "
+                f"SELECT r.* FROM (SELECT from_json({ENTRY}, '{schema_of_late}') AS r FROM {state} "
                 f"WHERE {BUCKET} = {LATE_BUCKET})",
             )
         )
@@ -109,7 +112,8 @@ def register(
         registered.append(f"{schema}.{name}")
     if f"{schema}.{p.name}_state" not in (*skip, *registered):
         return registered
-    for name, query in view_queries(spark, schema, p, layout):
+    late = f"{schema}.{p.name}_late_records" not in skip
+    for name, query in view_queries(spark, schema, p, layout, late):
         if f"{schema}.{name}" in skip:
             registered.append(f"{schema}.{name}")
             continue
