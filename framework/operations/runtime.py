@@ -85,10 +85,13 @@ class Runtime:
         return tables.Tables(f"{self.warehouse.rstrip('/')}/{p.name}", p.sink or "output")
 
     # ---- reading ---------------------------------------------------------------------------
-    def ledger(self, p: Pipeline) -> DataFrame:
-        """The batch ledger: a 'committed' row per batch ('replaced' once a replay re-ran it)."""
+    def read_ledger(self, p: Pipeline) -> DataFrame:
+        """The batch ledger: a 'committed' row per batch ('replaced' once a replay re-ran it),
+        with ``ledger.LedgerRow``'s columns; no rows before the first batch."""
         rows = bookkeeping.read_ledger(self.spark, self.tables(p).root)
         return rows if rows is not None else self.spark.createDataFrame([], ledger.LEDGER_SCHEMA)
+
+    ledger = read_ledger  # the name earlier versions gave it
 
     def committed_batch(self, p: Pipeline, batch_id: str) -> BatchResult | None:
         """What batch ``batch_id`` of ``p`` did, as its ledger row records it; None until it commits."""
