@@ -53,6 +53,7 @@ from ..errors import (
     DefinitionError,
     FingerprintMismatchError,
     FrameworkError,
+    PublicationError,
 )
 from ..execution.sources import BatchInput, check_drift, read_batch
 from ..execution.streamtime import to_datetime
@@ -122,6 +123,7 @@ class BatchAttempt:
         self.rows: list[LedgerRow] = []  # its rows then
         self.last: LedgerRow | None = None  # the last committed batch
         self.seq = 0  # this batch's, once the ledger is read
+        self.committed = False  # whether its commit point landed: from then on, errors say so
 
     @property
     def staging(self) -> str:
@@ -133,7 +135,9 @@ class BatchAttempt:
             return self._run(input_df, batch_end)
         except (Py4JJavaError, PySparkException) as e:
             where, step = self.steps.where, self.steps.step
-            if step == "writing 'publish'" or step.startswith("publishing"):
+            if self.committed:
+                raise self._unpublished(f"failed while {step}: {cause(e)}") from e
+            if step.startswith("publishing"):  # the last committed batch, before this one ran
                 raise BatchFailedError(
                     f"{where}: failed while {step}: {cause(e)}. The committed batch's rows stay staged; "
                     "the next run of any batch of the pipeline publishes them once the cause is fixed."
@@ -345,6 +349,10 @@ class BatchAttempt:
                 raise
             if point == "ledger_commit":
                 raise self._fenced_out() from e
+            if self.committed:
+                raise self._unpublished(
+                    f"another writer changed {point!r} at the same time, {writes.RETRIES} times"
+                ) from e
             raise ConcurrentBatchError(
                 f"{self.steps.where}: another attempt or writer changed {point!r} at the same time; this attempt "
                 "stopped before its commit point. Re-run the batch: it runs again or reports 'already "
@@ -396,6 +404,15 @@ class BatchAttempt:
         if made is None:
             raise self._fenced_out()
         self.ledgers.appended(path, seen, self.rows, commit, made)
+        self.committed = True
+
+    def _unpublished(self, what: str) -> PublicationError:
+        """The error of a publication cut short after this attempt's commit point."""
+        return PublicationError(
+            f"{self.steps.where}: publishing the batch stopped: {what}. The batch IS committed (seq {self.seq}); "
+            "its rows stay staged and the next run of any batch of the pipeline publishes them, once (a re-run "
+            "of this batch publishes them and reports 'already committed')."
+        )
 
     def _fenced_out(self) -> ConcurrentBatchError:
         return ConcurrentBatchError(
