@@ -35,6 +35,7 @@ RESERVED_TABLES: dict[str, str] = {
     "window_state": "window state table",
     "records": "sliding-window records table (kept by earlier versions)",
     "late_records": "late records table",
+    "rejected_records": "rejected records table",
     "metrics": "metrics table",
     "_staging": "staging folder",
     GATE: "quality-gate outcomes folder",

@@ -9,13 +9,14 @@
    full strict buffer or input that fails while planning leaves nothing behind.
 4. Write, all at the same time: each state table *advanced* from its recorded version
    (``writes.advance``: whatever an attempt that never committed left there is undone first),
-   and the sink rows and late records *staged* under ``_staging/<seq>-<attempt>`` (Parquet
-   files: only their publisher reads them). Beside the writes, the snapshots of the tables
-   steps 5 and 6 commit to are read, so those commits start from cached snapshots.
+   and the sink rows, late records and rejected records (``bad_records="quarantine"``) *staged*
+   under ``_staging/<seq>-<attempt>`` (Parquet files: only their publisher reads them). Beside
+   the writes, the snapshots of the tables steps 5 and 6 commit to are read, so those commits
+   start from cached snapshots.
 5. Append the ledger row (versions written, metrics) with ``ledger.commit_point``: Delta commits
    it only if no other batch or replay committed since the attempt read the ledger. This is
    the commit point; of overlapping attempts exactly one passes it, the others stop here.
-6. Publish: append the staged rows to the sink, late records and metrics tables, all at once
+6. Publish: append the staged rows to the sink, late, rejected records and metrics tables, all at once
    (each once: Delta's transaction id skips a repeat), then remove the staging folder. Whoever
    finds a committed batch still staged (the committing attempt died) publishes it the same way.
 
@@ -55,7 +56,7 @@ from ..errors import (
     FrameworkError,
     PublicationError,
 )
-from ..execution.sources import BatchInput, check_drift, read_batch
+from ..execution.sources import BatchInput, check_drift, read_batch, rejected_records
 from ..execution.streamtime import to_datetime
 from ..storage import files, ledger, sinks, state, tables, writes
 from ..storage.ledger import LedgerRow, Status
@@ -163,7 +164,7 @@ class BatchAttempt:
             planned = plan(self.s, self.steps, self.p, self.t, self.seq, inp, self.last, batch_end, kept)
             rows_out = sinks.shape(self.p, planned.outcome.results, self.batch_id, planned.stream_time)
             self._audit(planned, rows_out)
-            written = self._write(planned, rows_out, input_df, kept)
+            written = self._write(planned, rows_out, input_df, kept, inp)
             values = batch_metrics(self.p, planned, inp, started_at)
         finally:
             kept.release()
@@ -296,7 +297,9 @@ class BatchAttempt:
         )
 
     # ---- 4. write -------------------------------------------------------------------------------
-    def _write(self, planned: Plan, rows_out: DataFrame, input_df: DataFrame, kept: Kept) -> dict[str, int | None]:
+    def _write(
+        self, planned: Plan, rows_out: DataFrame, input_df: DataFrame, kept: Kept, inp: BatchInput
+    ) -> dict[str, int | None]:
         """State advanced and rows staged, all at once, beside reading the snapshots the commit
         and publication write to; the version each state table is at, by write point."""
         spark, p, t, outcome, sta = self.s.spark, self.p, self.t, planned.outcome, planned.stream_time
@@ -313,6 +316,9 @@ class BatchAttempt:
         if planned.counts.get("late_records"):
             late = self._late_records(outcome.late, input_df)
             writing["late_records"] = lambda: files.stage(late, f"{self.staging}/late_records")
+        rejected = rejected_records(inp, self.batch_id, self.seq)
+        if rejected is not None:
+            writing["rejected_records"] = lambda: files.stage(rejected, f"{self.staging}/rejected_records")
         tasks: dict[str, Callable[[], object]] = {
             f"writing {point!r}": functools.partial(self._write_point, point, action)
             for point, action in writing.items()
@@ -323,6 +329,7 @@ class BatchAttempt:
             t.metrics,
             *([t.output] if planned.emitted else []),
             *([t.late] if "late_records" in writing else []),
+            *([t.rejected] if "rejected_records" in writing else []),
         ):  # what the commit and publication write
             tasks[f"reading {path}"] = functools.partial(tables.prepare, spark, path)
         return dict(zip(writing, self.steps.concurrently(tasks)))
@@ -369,7 +376,7 @@ class BatchAttempt:
     # ---- 5. the commit point --------------------------------------------------------------------
     def _commit(self, planned: Plan, inp: BatchInput, written: dict[str, int | None], values: dict) -> LedgerRow:
         """Mark what to publish, then append the ledger row: the commit point."""
-        staged = [name for name in ("output", "late_records") if name in written]
+        staged = [name for name in ("output", "late_records", "rejected_records") if name in written]
         files.put_text(self.s.spark, f"{self.staging}/{PUBLICATION}", json.dumps({"replay": False, "staged": staged}))
         versions = {name: written.get(name, self._base(name)) for name in state.TABLES}
         last, sta = self.last, planned.stream_time

@@ -1,7 +1,8 @@
 """Publication: appending a committed attempt's staged rows to the tables readers read.
 
-An attempt stages its sink rows and late records under ``_staging/<seq>-<attempt>`` and, before
-its commit point, writes ``PUBLICATION`` there: what to publish. Once its ledger row is
+An attempt stages its sink rows, late records and rejected records under
+``_staging/<seq>-<attempt>`` and, before its commit point, writes ``PUBLICATION`` there: what to
+publish. Once its ledger row is
 committed, whoever finds the folder (the attempt itself, or the next run of any batch of the
 pipeline) publishes it, each table once: Delta's transaction id skips a repeat, so publishing
 again, or beside another publisher, changes nothing. The staged tables are removed before the
@@ -11,6 +12,7 @@ by ``publish_range``, replacing the range's rows in one commit per table.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ from .steps import Steps
 
 PUBLICATION = "_publish.json"  # in a staging folder: what to publish once its attempt committed
 REPLAYS = f"{writes.LEDGER_APP}.replay"  # Delta txnAppId of a replay's publications
+NEW_COLUMNS = {"mergeSchema": "true"}  # metrics columns added since a table was created (rejected_records_total)
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,10 @@ class Staged(tables.Tables):
     @property
     def late(self) -> str:
         return os.path.join(self.folder, "late_records")
+
+    @property
+    def rejected(self) -> str:
+        return os.path.join(self.folder, "rejected_records")
 
     @property
     def metrics(self) -> str:
@@ -95,7 +102,7 @@ def _publish(steps: Steps, p: Pipeline, t: tables.Tables, folder: str, last: Led
     values = last.recorded_metrics() or {}  # a committed row always has them since metrics moved to the ledger
     tasks = {
         "publishing metrics": lambda: writes.save(
-            metrics.frame(spark, p.name, last.batch_id, last.seq, values), t.metrics, tag, **once
+            metrics.frame(spark, p.name, last.batch_id, last.seq, values), t.metrics, tag, **once, **NEW_COLUMNS
         )
     }
     if "output" in spec["staged"]:
@@ -107,11 +114,17 @@ def _publish(steps: Steps, p: Pipeline, t: tables.Tables, folder: str, last: Led
             tag,
             tombstones=getattr(t, "tombstones", False),
         )
-    if "late_records" in spec["staged"]:
-        tasks["publishing late records"] = lambda: writes.save(
-            files.read_staged(spark, f"{folder}/late_records"), t.late, tag, **once
-        )
-    steps.concurrently(tasks)  # three tables, each commit skipped by Delta if it landed already
+    for name, path in (("late_records", t.late), ("rejected_records", t.rejected)):
+        if name in spec["staged"]:
+            tasks[f"publishing {name.replace('_', ' ')}"] = functools.partial(
+                _append_staged, spark, f"{folder}/{name}", path, tag, once
+            )
+    steps.concurrently(tasks)  # each table's commit skipped by Delta if it landed already
+
+
+def _append_staged(spark: SparkSession, staged: str, path: str, tag: str, once: dict) -> None:
+    """Append the rows staged at ``staged`` to the table at ``path``, once (``once``: its transaction id)."""
+    writes.save(files.read_staged(spark, staged), path, tag, **once)
 
 
 def publish_range(spark: SparkSession, p: Pipeline, t: tables.Tables, folder: str, spec: dict, tag: str) -> None:
@@ -132,7 +145,8 @@ def publish_range(spark: SparkSession, p: Pipeline, t: tables.Tables, folder: st
         sinks.replace_all(p, sink, t.output, spec["output_base"], tag, once)
     seqs = f"seq BETWEEN {int(spec['first_seq'])} AND {int(spec['last_seq'])}"
     _replace(spark, rows("late_records", staged.late), t.late, seqs, tag, once)
-    _replace(spark, rows("metrics", staged.metrics), t.metrics, seqs, tag, once)
+    _replace(spark, rows("rejected_records", staged.rejected), t.rejected, seqs, tag, once)
+    _replace(spark, rows("metrics", staged.metrics), t.metrics, seqs, tag, {**once, **NEW_COLUMNS})
 
 
 def _replace(spark: SparkSession, rows: DataFrame | None, target: str, where: str, tag: str, once: dict) -> None:

@@ -249,7 +249,12 @@ def _mark(
     """What to publish once the replay committed (``publication.publish_range``)."""
     names = [
         n
-        for n, path in (("output", staged.output), ("late_records", staged.late), ("metrics", staged.metrics))
+        for n, path in (
+            ("output", staged.output),
+            ("late_records", staged.late),
+            ("rejected_records", staged.rejected),
+            ("metrics", staged.metrics),
+        )
         if tables.exists(spark, path)
     ]
     files.put_text(

@@ -1,5 +1,5 @@
 """What the framework keeps about each batch, read by the names users know: the ledger, the
-metrics and the late records of a pipeline, given the pipeline's folder in a warehouse.
+metrics, the late records and the rejected records of a pipeline, given the pipeline's folder in a warehouse.
 
 Readers (``Runtime.read_*``, ``status``, the status page, the CLI) go through these functions and
 never through a table's path: where each lives is the storage layout's business
@@ -36,4 +36,10 @@ def read_metrics(spark: SparkSession, root: str) -> DataFrame | None:
 def read_late(spark: SparkSession, root: str) -> DataFrame | None:
     """Records that landed in no window, with the stream time that made them late; None before the first."""
     path = _tables(root).late
+    return tables.read(spark, path) if tables.exists(spark, path) else None
+
+
+def read_rejected(spark: SparkSession, root: str) -> DataFrame | None:
+    """Records a quarantining pipeline left out of their batch, with the reason; None before the first."""
+    path = _tables(root).rejected
     return tables.read(spark, path) if tables.exists(spark, path) else None

@@ -47,6 +47,7 @@ def table_names(p: Pipeline, layout: tables.Tables) -> list[tuple[str, str]]:
         (f"{p.name}_ledger", layout.ledger),
         (f"{p.name}_window_state", layout.state),
         (f"{p.name}_late_records", layout.late),
+        (f"{p.name}_rejected_records", layout.rejected),
         (f"{p.name}_metrics", layout.metrics),
     ]
     if p.rate_limited:

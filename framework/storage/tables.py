@@ -10,6 +10,7 @@ Per pipeline, under ``<warehouse>/<pipeline>/`` (see ``docs/design.md#state-tabl
                    and window), named by ``Suppressed.with_name`` (default ``suppress``)
 - ``<sink>``       the results table (final results, or a continuously updated table)
 - ``late_records`` records that landed in no window, with the stream time that made them late
+- ``rejected_records`` records a quarantining pipeline left out of their batch, with the reason
 - ``metrics``      one row per batch (KIP-328 metric names, with ``_`` for ``-``)
 - ``_staging/``    what a batch attempt will publish once it has committed (removed after)
 - ``_gate/``       the last job run's validation outcome, for the DAG's quality gate (``framework.operations.outcome``)
@@ -37,7 +38,14 @@ CREATE_WAIT_S = 30.0  # how long a runner waits for another runner's creation of
 # tables take about one commit each per batch, so with one interval they all checkpointed in the
 # same batch: over 1,000 batches every 10th batch took 1.3 to 2 s more than the median 5.8 s.
 # Distinct primes spread them: two tables checkpoint in the same batch in about 4 % of batches.
-CHECKPOINT_INTERVALS = {"_ledger": 11, "window_state": 13, "metrics": 19, "late_records": 23, "quality_results": 31}
+CHECKPOINT_INTERVALS = {
+    "_ledger": 11,
+    "window_state": 13,
+    "metrics": 19,
+    "late_records": 23,
+    "quality_results": 31,
+    "rejected_records": 37,
+}
 BUFFER_CHECKPOINT_INTERVAL = 29  # ``buffer_<name>``
 OTHER_CHECKPOINT_INTERVAL = 17  # the sink, and any other table the framework creates
 
@@ -47,7 +55,7 @@ OTHER_CHECKPOINT_INTERVAL = 17  # the sink, and any other table the framework cr
 # tables about 13 times. The framework never reads these tables at an older version, so they keep
 # one day; the state tables and the sink keep Delta's default (replay reads recorded versions).
 # (Not ``quality_results``: chosen by folder name, a sink may be called that.)
-SHORT_LOG_TABLES = frozenset({"_ledger", "metrics", "late_records"})
+SHORT_LOG_TABLES = frozenset({"_ledger", "metrics", "late_records", "rejected_records"})
 SHORT_LOG_RETENTION = "interval 1 days"
 
 
@@ -77,6 +85,10 @@ class Tables:
     @property
     def late(self) -> str:
         return os.path.join(self.root, "late_records")
+
+    @property
+    def rejected(self) -> str:
+        return os.path.join(self.root, "rejected_records")
 
     @property
     def metrics(self) -> str:
