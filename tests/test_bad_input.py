@@ -22,6 +22,7 @@ from framework import (
     agg,
 )
 from framework.operations.status import pipeline_status
+from framework.storage import metrics
 
 
 def pipeline(name):
@@ -258,3 +259,21 @@ def test_a_refused_first_batch_leaves_only_an_empty_ledger_that_changes_nothing(
         .to("elsewhere")
     )
     assert rt.run_batch(other, "a0", frame(spark, [("A", 1, 1)])).seq == 1
+
+
+def test_a_replay_replaces_the_rejected_records_of_its_range(spark, warehouse):
+    rt, p = Runtime(spark, warehouse, quality=False), unsunk("requarantined", bad_records="quarantine").to("out")
+    rt.run_batch(p, "b0", frame(spark, [("A", 1, 1), (None, 2, 2), ("A", 30, 3)]))
+    assert [(r.reason, r.seq) for r in rt.read_rejected(p).collect()] == [("null group key k", 1)]
+    rt.replay(p, [("b0", frame(spark, [("A", 1, 1), ("A", 2, 2), ("A", 30, 3)]))])  # the key filled in
+    assert rt.read_rejected(p).count() == 0
+    assert results(rt, p) == _closed_window(n=2, total=3)
+    assert [(m.seq, m.rejected_records_total) for m in rt.read_metrics(p).collect()] == [(1, 0)]
+
+
+def test_a_metrics_table_written_before_rejected_records_were_counted_takes_the_new_column(spark, warehouse):
+    rt, p = Runtime(spark, warehouse, quality=False), pipeline("older")
+    before = ", ".join(c for c in metrics.SCHEMA.split(", ") if not c.startswith("rejected_records_total"))
+    spark.createDataFrame([], before).write.format("delta").save(rt.tables(p).metrics)
+    rt.run_batch(p, "b0", frame(spark, [("A", 1, 1)]))
+    assert [(m.records_in, m.rejected_records_total) for m in rt.read_metrics(p).collect()] == [(1, 0)]
