@@ -20,6 +20,7 @@ from .errors import (
     FingerprintMismatchError,
     FrameworkError,
     InputError,
+    PublicationError,
     QualityGateError,
     ReplayError,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "BatchOrderError",
     "FingerprintMismatchError",
     "ConcurrentBatchError",
+    "PublicationError",
     "BufferFullError",
     "QualityGateError",
     "ReplayError",

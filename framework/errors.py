@@ -35,6 +35,11 @@ class ConcurrentBatchError(FrameworkError):
     """Another runner committed to the same pipeline at the same time; this attempt wrote nothing."""
 
 
+class PublicationError(FrameworkError):
+    """A batch committed (its commit point landed) but publishing its rows did not finish: they
+    stay staged, and the next run of any batch of the pipeline publishes them, once."""
+
+
 class BufferFullError(FrameworkError):
     """A strict suppression buffer with shut_down_when_full() exceeded its bound."""
 

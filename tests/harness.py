@@ -95,10 +95,10 @@ def hourly(name="user_alerts"):
     )
 
 
-def unsunk(name, suppressed=None):
-    """The test pipeline up to, not including, ``.to(...)``."""
+def unsunk(name, suppressed=None, **options):
+    """The test pipeline up to, not including, ``.to(...)`` (``options``: more ``Pipeline`` arguments)."""
     return (
-        Pipeline(name, timestamp="ts", arrival="seq")
+        Pipeline(name, timestamp="ts", arrival="seq", **options)
         .group_by("k")
         .windowed_by(TimeWindows.of_size_and_grace(10, 2))
         .aggregate(agg.count("n"), agg.sum("v", "total"))

@@ -40,7 +40,13 @@ def test_tables_are_external_tables_of_the_schema(spark, tmp_path):
     by_path = rt.read_output(p).select("k", "window_start", "n", "emitted_batch_id").collect()
     assert len(by_path) == 3 and sorted(by_name) == sorted(by_path)
     tables = {t.name: t for t in spark.catalog.listTables("lake_a")}
-    views = {"cat_alerts_ledger", "cat_alerts_window_state", "cat_alerts_late_records", "cat_alerts_metrics"}
+    views = {
+        "cat_alerts_ledger",
+        "cat_alerts_window_state",
+        "cat_alerts_late_records",
+        "cat_alerts_rejected_records",
+        "cat_alerts_metrics",
+    }
     assert set(tables) == {"cat_alert_windows", "cat_alerts_state", *views}
     assert {name for name, t in tables.items() if t.tableType == "VIEW"} == views
     assert {t.tableType for name, t in tables.items() if name not in views} == {"EXTERNAL"}

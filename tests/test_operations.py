@@ -6,6 +6,7 @@ with a clean error and nothing that needs editing by hand."""
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
 from harness import frame
@@ -17,6 +18,7 @@ from framework import (
     BufferConfig,
     ConcurrentBatchError,
     Pipeline,
+    PublicationError,
     QualityGateError,
     Runtime,
     Suppressed,
@@ -258,3 +260,106 @@ def test_a_maintenance_commit_between_two_attempts_reads_lets_only_one_commit(sp
     assert _committed(rt, p) == [(1, "b0"), (2, "b1")]
     run(rt, p, 2)
     assert snapshot(rt, p) == _clean(spark, tmp_path_factory, p)
+
+
+# ---- 6. maintenance during publication --------------------------------------------------------
+class _SlotsHeld:
+    """Every task slot of the local Spark held by a job whose tasks wait for a file, so jobs
+    submitted meanwhile queue: a Delta write that has read its snapshot waits before writing
+    its files, and a commit made meanwhile lands between its snapshot and its commit."""
+
+    def __init__(self, spark, folder):
+        self.sc, self.release_file = spark.sparkContext, str(folder / "release")
+        self.holding, self.mine = None, set()
+
+    def hold(self):
+        sc, release, slots = self.sc, self.release_file, self.sc.defaultParallelism
+
+        def wait(_):
+            import os
+            import time
+
+            deadline = time.monotonic() + 300
+            while not os.path.exists(release) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return []
+
+        self.holding = _in_thread(lambda: sc.parallelize(range(slots), slots).mapPartitions(wait).count())
+        tracker = self.sc.statusTracker()
+        while not any(
+            getattr(tracker.getStageInfo(s), "numActiveTasks", 0) == slots for s in tracker.getActiveStageIds()
+        ):
+            threading.Event().wait(0.05)
+        self.mine = set(tracker.getActiveJobsIds())
+
+    def others_queued(self):
+        """Wait until a job other than the holding one is submitted."""
+        tracker = self.sc.statusTracker()
+        while not set(tracker.getActiveJobsIds()) - self.mine:
+            threading.Event().wait(0.05)
+
+    def release(self):
+        open(self.release_file, "w").close()
+        return self.holding()
+
+
+def test_maintenance_during_publication_is_retried_past(spark, warehouse, tmp_path):
+    """Table properties change on the results and bookkeeping tables after b1's publication
+    read their snapshots and before it commits: b1 committed, so publication goes on (each
+    table once) instead of failing as if the batch had not committed."""
+    p = pipeline("published")
+    lake = f"{warehouse}/lake"
+    run(Runtime(spark, lake, quality=False), p, 0)
+    other, held, watched = spark.newSession(), _SlotsHeld(spark, tmp_path), {}
+
+    def set_properties_meanwhile():
+        held.others_queued()  # publication has started its commits
+        t = Runtime(other, lake, quality=False).tables(p)
+        for path in (t.output, t.metrics, t.late):
+            if tables.exists(other, path):
+                other.sql(
+                    f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.logRetentionDuration' = 'interval 60 days')"
+                )
+        return held.release()
+
+    def meanwhile(at):
+        if at == "publish":
+            held.hold()
+            watched["join"] = _in_thread(set_properties_meanwhile)
+
+    rt = Runtime(spark.newSession(), lake, quality=False, before_write=meanwhile)
+    result = run(rt, p, 1)
+    assert result.status == "committed"
+    assert "error" not in watched["join"](), watched
+    t = rt.tables(p)
+    assert [r.seq for r in rt.read_metrics(p).orderBy("seq").collect()] == [1, 2]
+    assert sorted((r.k, r.seq) for r in rt.read_late(p).collect()) == [("A", 2), ("B", 2)]
+    assert rt.read_output(p).filter("emitted_batch_id = 'b1'").count() == result.emitted >= 1
+    for path in (t.output, t.metrics):
+        history = rt.spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
+        assert [h.operation for h in history][-2:] == ["SET TBLPROPERTIES", "WRITE"]  # it landed in between
+
+
+def test_an_error_after_the_commit_point_says_the_batch_is_committed(spark, warehouse):
+    """b1's publication fails (a damaged metrics log) after its commit point: the error says b1
+    is committed and will be published; once the log is repaired, the re-run publishes it."""
+    p = pipeline("unpublished")
+    lake = f"{warehouse}/lake"
+    run(Runtime(spark, lake, quality=False), p, 0)
+    log = Path(Runtime(spark, lake).tables(p).metrics) / "_delta_log"
+    damaged = log / f"{int(max(log.glob('*.json')).stem) + 1:020d}.json"
+
+    def damage(at):
+        if at == "publish":
+            damaged.write_text("{ this is not a Delta commit")
+
+    with pytest.raises(PublicationError) as failure:
+        run(Runtime(spark, lake, quality=False, before_write=damage), p, 1)
+    assert "pipeline 'unpublished', batch 'b1': publishing the batch stopped" in str(failure.value)
+    assert "The batch IS committed (seq 2); its rows stay staged and the next run" in str(failure.value)
+    damaged.unlink()
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+    rt = Runtime(spark, lake, quality=False)
+    assert run(rt, p, 1).status == "already committed"
+    assert [r.seq for r in rt.read_metrics(p).orderBy("seq").collect()] == [1, 2]
+    assert rt.read_output(p).filter("emitted_batch_id = 'b1'").count() >= 1

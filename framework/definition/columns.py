@@ -30,7 +30,8 @@ Per window in ``window_state`` (and in the rows a batch plans):
 
 In ``_state``, where window state shares one Delta table with what the framework keeps about
 each batch (``framework.storage.ledger``): a row whose ``BUCKET`` is ``LEDGER_BUCKET`` is a ledger
-row, one whose ``BUCKET`` is ``LATE_BUCKET`` a late record; ``SEQ`` is its batch's sequence number
+row, one whose ``BUCKET`` is ``LATE_BUCKET`` a late record, ``REJECTED_BUCKET`` a record a
+quarantining pipeline left out of its batch; ``SEQ`` is its batch's sequence number
 and ``ENTRY`` the row itself as JSON. Window rows have a bucket >= 0 and these two null.
 
 Per entry of a rate-limiting suppression buffer: ``BUFFER_TIME`` (the time its time limit counts
@@ -65,3 +66,4 @@ SEQ = "_seq"
 ENTRY = "_entry"
 LEDGER_BUCKET = -1
 LATE_BUCKET = -2
+REJECTED_BUCKET = -3

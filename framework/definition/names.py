@@ -36,6 +36,7 @@ RESERVED_TABLES: dict[str, str] = {
     "window_state": "window state table (kept by earlier versions)",
     "records": "sliding-window records table (kept by earlier versions)",
     "late_records": "late records table (kept by earlier versions)",
+    "rejected_records": "rejected records (a name kept for them)",
     "metrics": "metrics table (kept by earlier versions)",
     "_staging": "staging folder",
     GATE: "quality-gate outcomes folder",

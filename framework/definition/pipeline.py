@@ -26,6 +26,7 @@ from .suppress import Suppressed
 from .windows import SessionWindows, SlidingWindows, TimeWindows, Windows, to_millis
 
 LATENESS_MODES = ("record", "batch")
+BAD_RECORDS = ("refuse", "quarantine")  # what a batch does with records failing a per-record input check
 _CASE = "Spark and Delta resolve column names ignoring case"
 
 
@@ -53,6 +54,14 @@ class Pipeline:
             .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
             .filter("events < 3")
             .to("user_alert_windows")
+
+    ``bad_records`` says what a batch does with records that fail a per-record input check
+    (null or unparsable event time, event time before 1970 or beyond the runtime's
+    ``max_clock_skew``, null group key): ``"refuse"`` (the default) stops the batch, naming the
+    first few such records, so nothing is lost unseen; ``"quarantine"`` leaves them out of the
+    batch, keeps them in the ``rejected_records`` table (reason, batch, the record as JSON) and
+    counts them (``rejected-records-total``), and the batch goes on with the rest. Checks of the
+    whole batch (a missing or retyped column) refuse it either way.
     """
 
     name: str
@@ -60,6 +69,7 @@ class Pipeline:
     arrival: str | None = None
     lateness: str = "record"
     idle_advance_ms: int | None = None
+    bad_records: str = "refuse"
     keys: tuple[str, ...] = ()
     windows: Windows | None = None
     aggregates: tuple[Aggregate, ...] = ()
@@ -75,6 +85,7 @@ class Pipeline:
         arrival: str | None = None,
         lateness: str = "record",
         idle_advance: timedelta | int | None = None,
+        bad_records: str = "refuse",
         **rest,
     ):
         object.__setattr__(self, "name", identifier(name, "pipeline name"))
@@ -91,6 +102,9 @@ class Pipeline:
         if lateness not in LATENESS_MODES:
             raise DefinitionError(f"pipeline {name!r}: lateness must be one of {LATENESS_MODES}, got {lateness!r}")
         object.__setattr__(self, "lateness", lateness)
+        if bad_records not in BAD_RECORDS:
+            raise DefinitionError(f"pipeline {name!r}: bad_records must be one of {BAD_RECORDS}, got {bad_records!r}")
+        object.__setattr__(self, "bad_records", bad_records)
         idle = rest.pop("idle_advance_ms", None)
         if idle_advance is not None:
             idle = to_millis(idle_advance, "idle_advance")
@@ -317,7 +331,7 @@ class Pipeline:
         lines = [
             f"Topology: {self.name}",
             f"  Source: input (timestamp={self.timestamp}, arrival={self.arrival or '<event time>'}, "
-            f"lateness={self.lateness})",
+            f"lateness={self.lateness}, bad_records={self.bad_records})",
             f"  --> GroupBy {list(self.keys)}",
         ]
         if self.windows is not None:
@@ -338,5 +352,8 @@ class Pipeline:
             else "merge, emit on update"
         )
         lines.append(f"  --> Sink {self.sink} ({mode})")
-        lines.append(f"  State: {self.name}._ledger, {self.name}.metrics, {self.name}.late_records")
+        rejected = ", rejected records" if self.bad_records == "quarantine" else ""
+        lines.append(
+            f"  State: {self.name}._state (window state, ledger, metrics, late records{rejected}: one commit per batch)"
+        )
         return "\n".join(lines)

@@ -1,7 +1,9 @@
 """Reading a batch's input: schema checks, event-time parsing, fingerprint.
 
 Everything that can be wrong with input is found here, in one pass, before any state is read
-or written, and reported as an ``InputError`` naming the pipeline, the batch and the column.
+or written, and reported as an ``InputError`` naming the pipeline, the batch and the column
+(and, for checks of single records, the first few records that fail them), or, for a pipeline
+that quarantines bad records, set aside as rejected records.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from ..definition.aggregations import input_columns
 from ..definition.columns import TS
 from ..definition.pipeline import Pipeline
 from ..errors import InputError
-from .streamtime import to_datetime
+from .streamtime import arrival_order, to_datetime
 
 TIME_TYPES = (T.TimestampType, T.TimestampNTZType, T.DateType, T.StringType)
 KEY_TYPES = (
@@ -32,17 +34,20 @@ KEY_TYPES = (
     T.TimestampNTZType,
     T.DecimalType,
 )
+EXAMPLES = 3  # offending records an error about input records names
 
 
 @dataclass(frozen=True)
 class BatchInput:
     """A validated batch: the frame with ``TS`` (event time, ms) and what identifies it."""
 
-    frame: DataFrame
-    count: int
-    max_ts: int | None
-    fingerprint: str
+    frame: DataFrame  # the records the batch processes (rejected ones left out)
+    count: int  # records in the input, rejected ones included
+    max_ts: int | None  # of the records processed
+    fingerprint: str  # of the whole input
     schema_json: str
+    rejected: int = 0  # records that failed a per-record check (``bad_records="quarantine"``)
+    rejected_rows: DataFrame | None = None  # those records: ``reason``, ``record`` (JSON)
 
 
 def _where(p: Pipeline, batch_id: str) -> str:
@@ -140,55 +145,123 @@ def read_batch(p: Pipeline, batch_id: str, df: DataFrame, latest_ms: int | None 
     (``check_drift`` compares the types with earlier batches').
 
     ``latest_ms`` is the latest plausible event time (the clock plus the allowed skew): one
-    record from the far future would advance stream time and close every open window."""
+    record from the far future would advance stream time and close every open window.
+
+    Records failing a ``record_checks`` check refuse the batch, naming the first few of them,
+    unless the pipeline quarantines bad records (``bad_records="quarantine"``): then they are
+    left out of the batch and kept in ``BatchInput.rejected_rows``. Either way the fingerprint
+    covers the whole input, so a re-run with the same input finds the batch committed."""
     _check_columns(p, batch_id, df)
     raw = F.col(p.timestamp)
     is_text = isinstance(df.schema[p.timestamp].dataType, T.StringType)
     parsed = F.try_to_timestamp(raw) if is_text else raw.cast("timestamp")
     frame = df.withColumn(TS, F.floor(F.unix_micros(parsed) / 1000).cast("long"))
-    ts = F.col(TS)
+    checks = record_checks(p, latest_ms)
+    bad = F.lit(False)
+    for check in checks:
+        bad = bad | check.fails
     columns = sorted(df.columns)
     row = frame.agg(
         F.count(F.lit(1)).alias("n"),
-        F.sum(F.when(raw.isNull(), 1).otherwise(0)).alias("null_ts"),
-        F.sum(F.when(raw.isNotNull() & ts.isNull(), 1).otherwise(0)).alias("bad_ts"),
-        F.sum(F.when(ts < 0, 1).otherwise(0)).alias("pre_epoch"),
-        F.sum(F.when(ts > F.lit(latest_ms), 1).otherwise(0)).alias("future"),
-        F.max(ts).alias("max_ts"),
-        F.first(F.when(raw.isNotNull() & ts.isNull(), raw.cast("string")), ignorenulls=True).alias("bad_example"),
-        *[F.sum(F.when(F.col(k).isNull(), 1).otherwise(0)).alias(f"null_{i}") for i, k in enumerate(p.keys)],
+        *[F.count_if(check.fails).alias(f"failed_{i}") for i, check in enumerate(checks)],
+        F.count_if(bad).alias("rejected"),
+        F.max(F.when(~bad, F.col(TS))).alias("max_ts"),
         F.sum(F.xxhash64(*[_hashable(F.col(c), df.schema[c].dataType) for c in columns]).cast("decimal(38,0)")).alias(
             "h"
         ),
     ).collect()[0]
-    where = _where(p, batch_id)
-    if row["null_ts"]:
+    failed = [(check, row[f"failed_{i}"]) for i, check in enumerate(checks) if row[f"failed_{i}"]]
+    if failed and p.bad_records == "refuse":
+        check, count = failed[0]
         raise InputError(
-            f"{where}: {row['null_ts']} record(s) have a null event time in column "
-            f"{p.timestamp!r}. Fix or filter them upstream; nothing was committed."
+            f"{_where(p, batch_id)}: {count} record(s) {check.problem} (first by arrival order: "
+            f"{_examples(p, frame, check.fails)}). {check.advice} and re-run the batch, or define the "
+            "pipeline with bad_records='quarantine' to set such records aside and go on; nothing was committed."
         )
-    if row["bad_ts"]:
-        raise InputError(
-            f"{where}: {row['bad_ts']} record(s) have an unparsable event time in column "
-            f"{p.timestamp!r} (e.g. {row['bad_example']!r}); nothing was committed."
-        )
-    if row["pre_epoch"]:
-        raise InputError(
-            f"{where}: {row['pre_epoch']} record(s) have an event time before 1970-01-01 in "
-            f"column {p.timestamp!r}; windows start at the epoch. Nothing was committed."
-        )
-    if row["future"]:
-        raise InputError(
-            f"{where}: {row['future']} record(s) have an event time in column {p.timestamp!r} "
-            f"after {to_datetime(latest_ms)} (the clock plus max_clock_skew), the latest at "
-            f"{to_datetime(row['max_ts'])}; they would close every open window. Fix them upstream "
-            "or raise Runtime(max_clock_skew=...); nothing was committed."
-        )
-    for i, k in enumerate(p.keys):
-        if row[f"null_{i}"]:
-            raise InputError(
-                f"{where}: {row[f'null_{i}']} record(s) have a null group key {k!r}. "
-                "Fill or filter them upstream; nothing was committed."
-            )
+    rejected_rows = None
+    if failed:
+        reason = F.coalesce(*[F.when(check.fails, F.lit(check.reason)) for check in checks])
+        record = F.to_json(F.struct(*[F.col(c) for c in df.columns]), {"ignoreNullFields": "false"})
+        rejected_rows = frame.filter(bad).select(reason.alias("reason"), record.alias("record"))
+        frame = frame.filter(~bad)
     schema_json = json.dumps({f.name: f.dataType.simpleString() for f in df.schema.fields}, sort_keys=True)
-    return BatchInput(frame, row["n"], row["max_ts"], f"{row['n']}:{row['h'] or 0}", schema_json)
+    return BatchInput(
+        frame=frame,
+        count=row["n"],
+        max_ts=row["max_ts"],
+        fingerprint=f"{row['n']}:{row['h'] or 0}",
+        schema_json=schema_json,
+        rejected=row["rejected"],
+        rejected_rows=rejected_rows,
+    )
+
+
+@dataclass(frozen=True)
+class RecordCheck:
+    """A check every input record must pass: the ``reason`` a rejected record is kept with,
+    when a record ``fails`` it (never null), and what an error says about such records."""
+
+    reason: str
+    fails: Column
+    problem: str  # follows "<n> record(s) "
+    advice: str
+
+
+def record_checks(p: Pipeline, latest_ms: int | None) -> list[RecordCheck]:
+    """The per-record input checks of ``p``, in the order a record's reason is picked: the
+    event time (``TS`` once parsed from column ``p.timestamp``) and the group keys."""
+    raw, ts, column = F.col(p.timestamp), F.col(TS), p.timestamp
+    upstream = "Fix or filter them upstream"
+    checks = [
+        _check("null event time", raw.isNull(), f"have a null event time in column {column!r}", upstream),
+        _check(
+            "unparsable event time",
+            raw.isNotNull() & ts.isNull(),
+            f"have an unparsable event time in column {column!r}",
+            upstream,
+        ),
+        _check(
+            "event time before 1970",
+            ts < 0,
+            f"have an event time before 1970-01-01 in column {column!r}; windows start at the epoch",
+            upstream,
+        ),
+    ]
+    if latest_ms is not None:
+        checks.append(
+            _check(
+                "event time beyond the allowed clock skew",
+                ts > F.lit(latest_ms),
+                f"have an event time in column {column!r} after {to_datetime(latest_ms)} (the clock plus "
+                "max_clock_skew); they would close every open window",
+                f"{upstream}, or raise Runtime(max_clock_skew=...)",
+            )
+        )
+    for k in p.keys:
+        checks.append(_check(f"null group key {k}", F.col(k).isNull(), f"have a null group key {k!r}", upstream))
+    return checks
+
+
+def _check(reason: str, fails: Column, problem: str, advice: str) -> RecordCheck:
+    return RecordCheck(reason, F.coalesce(fails, F.lit(False)), problem, advice)
+
+
+def _examples(p: Pipeline, frame: DataFrame, fails: Column) -> str:
+    """The first ``EXAMPLES`` records (by arrival order) for which ``fails`` holds: their
+    arrival column, keys and event time as given, times as Spark prints them in the session's
+    time zone (one more Spark job, on the error path only)."""
+    shown = list(dict.fromkeys(c for c in (p.arrival, *p.keys, p.timestamp) if c))
+    order = arrival_order(frame, TS, p.arrival, p.keys)
+    as_text = [F.col(c).cast("string") if c == p.timestamp else F.col(c) for c in shown]
+    rows = frame.filter(fails).orderBy(*order).select(*as_text).limit(EXAMPLES).collect()
+    return "; ".join(", ".join(f"{c}={value!r}" for c, value in zip(shown, r)) for r in rows)
+
+
+def rejected_records(inp: BatchInput, batch_id: str, seq: int) -> DataFrame | None:
+    """The batch's rejected records as kept in the rejected-records table: why, the batch,
+    the record as JSON (all its columns); None when the batch rejected none."""
+    if inp.rejected_rows is None:
+        return None
+    return inp.rejected_rows.select(
+        "reason", F.lit(batch_id).alias("batch_id"), F.lit(seq).cast("long").alias("seq"), "record"
+    )

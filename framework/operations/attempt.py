@@ -15,7 +15,8 @@
    publisher reads them). Beside the writes, the sink's snapshot is read, so its publication
    starts from a cached snapshot.
 5. The commit point: one commit to ``_state`` (``state.commit``) carries the window-state
-   change, the ledger row (versions, metrics) and the late records. Delta makes it only if no
+   change, the ledger row (versions, metrics), the late records and, with
+   ``bad_records="quarantine"``, the rejected records. Delta makes it only if no
    other batch or replay committed since the attempt read the table (``ledger.commit_point``);
    of overlapping attempts exactly one passes it, the others stop here.
 6. Publish: append the staged rows to the sink (once: Delta's transaction id skips a repeat),
@@ -48,7 +49,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..definition.columns import GONE, STREAM_BEFORE, TS
+from ..definition.columns import GONE, REJECTED_BUCKET, STREAM_BEFORE, TS
 from ..definition.pipeline import Pipeline
 from ..errors import (
     BatchFailedError,
@@ -57,8 +58,9 @@ from ..errors import (
     DefinitionError,
     FingerprintMismatchError,
     FrameworkError,
+    PublicationError,
 )
-from ..execution.sources import BatchInput, check_drift, read_batch
+from ..execution.sources import BatchInput, check_drift, read_batch, rejected_records
 from ..execution.streamtime import to_datetime
 from ..storage import bookkeeping as kept_late
 from ..storage import files, ledger, metrics, sinks, state, tables, upgrade, writes
@@ -123,6 +125,7 @@ class BatchAttempt:
         self.rows: list[LedgerRow] = []  # its rows then
         self.last: LedgerRow | None = None  # the last committed batch
         self.seq = 0  # this batch's, once the ledger is read
+        self.committed = False  # whether its commit point landed: from then on, errors say so
 
     @property
     def staging(self) -> str:
@@ -134,7 +137,9 @@ class BatchAttempt:
             return self._run(input_df, batch_end)
         except (Py4JJavaError, PySparkException) as e:
             where, step = self.steps.where, self.steps.step
-            if step == "writing 'publish'" or step.startswith("publishing"):
+            if self.committed:
+                raise self._unpublished(f"failed while {step}: {cause(e)}") from e
+            if step.startswith("publishing"):  # the last committed batch, before this one ran
                 raise BatchFailedError(
                     f"{where}: failed while {step}: {cause(e)}. The committed batch's rows stay staged; "
                     "the next run of any batch of the pipeline publishes them once the cause is fixed."
@@ -317,6 +322,10 @@ class BatchAttempt:
                 raise
             if point == "commit_point":
                 raise self._fenced_out() from e
+            if self.committed:
+                raise self._unpublished(
+                    f"another writer changed {point!r} at the same time, {writes.RETRIES} times"
+                ) from e
             raise ConcurrentBatchError(
                 f"{self.steps.where}: another attempt or writer changed {point!r} at the same time; this attempt "
                 "stopped before its commit point. Re-run the batch: it runs again or reports 'already "
@@ -369,6 +378,9 @@ class BatchAttempt:
         bookkeeping = ledger.to_frame(self.s.spark, [commit])
         if late is not None:
             bookkeeping = bookkeeping.unionByName(kept_late.frame(late, self.seq))
+        rejected = rejected_records(inp, self.batch_id, self.seq)
+        if rejected is not None:
+            bookkeeping = bookkeeping.unionByName(kept_late.frame(rejected, self.seq, REJECTED_BUCKET))
         self._write_point("commit_point", lambda: self._commit_point(commit, planned, bookkeeping, kept))
         return commit
 
@@ -392,6 +404,15 @@ class BatchAttempt:
         if made is None:
             raise self._fenced_out()
         self.ledgers.appended(path, seen, self.rows, commit, made)
+        self.committed = True
+
+    def _unpublished(self, what: str) -> PublicationError:
+        """The error of a publication cut short after this attempt's commit point."""
+        return PublicationError(
+            f"{self.steps.where}: publishing the batch stopped: {what}. The batch IS committed (seq {self.seq}); "
+            "its rows stay staged and the next run of any batch of the pipeline publishes them, once (a re-run "
+            "of this batch publishes them and reports 'already committed')."
+        )
 
     def _fenced_out(self) -> ConcurrentBatchError:
         return ConcurrentBatchError(

@@ -184,6 +184,7 @@ def batch_metrics(p: Pipeline, plan: Plan, inp: BatchInput, started_at: float) -
     values = dict(
         plan.counts,
         records_in=inp.count,
+        rejected_records_total=inp.rejected,
         rows_published=plan.emitted,
         suppression_emit_total=plan.closed if final else 0,
         windows_open=open_now,

@@ -67,7 +67,9 @@ def finish(steps: Steps, p: Pipeline, t: tables.Tables, last: LedgerRow | None) 
         if last is not None and attempt == last.attempt:
             spec = json.loads(files.get_text(spark, f"{folder}/{PUBLICATION}") or "null")
             if spec is not None and all(files.is_staged(spark, f"{folder}/{s}") for s in spec["staged"]):
-                _publish(steps, p, t, folder, last, spec)
+                # a commit of another writer (OPTIMIZE, table properties) or of another publisher
+                # of this batch may land meanwhile: publishing again skips what landed
+                writes.retried(lambda: _publish(steps, p, t, folder, last, spec))
         elif last is None or not seq.isdigit() or int(seq) > last.seq:
             left.append(name)
             continue

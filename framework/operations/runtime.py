@@ -135,6 +135,14 @@ class Runtime:
             raise FrameworkError(f"pipeline {p.name!r}: no batch has kept late records yet")
         return late
 
+    def read_rejected(self, p: Pipeline) -> DataFrame:
+        """Records a quarantining pipeline (``bad_records="quarantine"``) left out of their
+        batch: ``reason``, ``batch_id``, ``seq``, the record as JSON (``record``)."""
+        rejected = bookkeeping.read_rejected(self.spark, self.tables(p).root)
+        if rejected is None:
+            raise FrameworkError(f"pipeline {p.name!r}: no batch has rejected records yet")
+        return rejected
+
     def describe(self, p: Pipeline) -> str:
         """The topology as text, with where its tables live."""
         return p.describe() + f"\n  Warehouse: {self.tables(p).root}"

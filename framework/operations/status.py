@@ -51,9 +51,11 @@ def pipeline_status(spark: SparkSession, name: str, root: str) -> str:
                 0
             ]
             m = rows[0]
+            rejected = m.asDict().get("rejected_records_total")  # None in metrics from before quarantine
             lines += [
                 f"  open windows   {m.windows_open}",
-                f"  last batch     records in {m.records_in}, emitted {m.suppression_emit_total}, "
+                f"  last batch     records in {m.records_in}{f' ({rejected} rejected)' if rejected else ''}, "
+                f"emitted {m.suppression_emit_total}, "
                 f"late {m.late_records}, dropped updates {m.late_record_drop_total}, "
                 f"{m.batch_duration_ms} ms",
                 f"  all batches    records in {totals[0]}, emitted {totals[1]}, late {totals[2]}",

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 LAST = 500  # batches charted per pipeline: the most recent ones
 #: (chart, metrics columns drawn in it, their unit: none for counts)
 CHARTS: list[tuple[str, tuple[str, ...], str]] = [
-    ("records in", ("records_in",), ""),
+    ("records in", ("records_in", "rejected_records_total"), ""),
     ("emitted", ("suppression_emit_total",), ""),
     ("late", ("late_record_drop_total", "late_records"), ""),
     ("lateness", ("record_lateness_avg", "record_lateness_max"), "ms"),

@@ -1,10 +1,12 @@
 """What the framework keeps about each batch, read by the names users know: the ledger, the
-metrics and the late records of a pipeline, given the pipeline's folder in a warehouse.
+metrics, the late records and the rejected records of a pipeline, given the pipeline's folder
+in a warehouse.
 
-All three live in the pipeline's ``_state`` table, beside window state, so that one commit per
+All of them live in the pipeline's ``_state`` table, beside window state, so that one commit per
 batch carries them (``state.commit``): ledger rows in the ``LEDGER_BUCKET`` partition (a row
 per batch as JSON, its metrics one of its fields), late records in ``LATE_BUCKET`` (each as
-JSON, their schema in the ledger rows' ``late_schema``). Readers (``Runtime.read_*``,
+JSON, their schema in the ledger rows' ``late_schema``), rejected records in ``REJECTED_BUCKET``
+(``REJECTED_SCHEMA``, as JSON). Readers (``Runtime.read_*``,
 ``status``, the status page, the CLI, the catalog's views) go through these functions and never
 through a path. A warehouse of the layout before ``_state`` (``_ledger``, ``metrics``,
 ``late_records`` tables) is read from those tables until its first batch upgrades it
@@ -16,7 +18,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..definition.columns import BUCKET, ENTRY, LATE_BUCKET, SEQ
+from ..definition.columns import BUCKET, ENTRY, LATE_BUCKET, REJECTED_BUCKET, SEQ
 from . import ledger, metrics, tables
 
 
@@ -84,6 +86,19 @@ def read_late(spark: SparkSession, root: str) -> DataFrame | None:
     return late.select(F.from_json(ENTRY, schema).alias("r")).select("r.*")
 
 
+REJECTED_SCHEMA = "reason string, batch_id string, seq long, record string"
+
+
+def read_rejected(spark: SparkSession, root: str) -> DataFrame | None:
+    """Records a quarantining pipeline left out of their batch (``REJECTED_SCHEMA``: why, the
+    batch, the record as JSON); None before the first batch."""
+    state = _state(spark, root)
+    if state is None:
+        return None
+    rows = state.filter(F.col(BUCKET) == REJECTED_BUCKET)
+    return rows.select(F.from_json(ENTRY, REJECTED_SCHEMA).alias("r")).select("r.*")
+
+
 def late_schema(state: DataFrame) -> str | None:
     """The schema of the late records kept in ``state`` (a pipeline's keys do not change), as
     its last ledger row with late records recorded it; None if none has."""
@@ -91,11 +106,11 @@ def late_schema(state: DataFrame) -> str | None:
     return found[0]["late_schema"] if found else None
 
 
-def frame(late: DataFrame, seq: int | Column) -> DataFrame:
+def frame(late: DataFrame, seq: int | Column, bucket: int = LATE_BUCKET) -> DataFrame:
     """Late records of batch ``seq`` (or each of the batch in column ``seq``) as ``_state`` rows
-    (``LATE_BUCKET``, ``SEQ``, the record as JSON)."""
+    (``bucket``, ``SEQ``, the record as JSON); with ``REJECTED_BUCKET``, rejected records."""
     return late.select(
-        F.lit(LATE_BUCKET).cast("long").alias(BUCKET),
+        F.lit(bucket).cast("long").alias(BUCKET),
         (F.lit(seq) if isinstance(seq, int) else seq).cast("long").alias(SEQ),
         F.to_json(F.struct(*[F.col(c) for c in late.columns])).alias(ENTRY),
     )

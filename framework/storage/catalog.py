@@ -5,10 +5,11 @@ The data stays where the runtime keeps it, under the warehouse; the schema holds
 tables pointing there: the results table, named after the sink, ``<pipeline>_state`` and a
 rate-limiting buffer ``<pipeline>_buffer_<name>``. What ``_state`` holds is read through
 views named as users know them: ``<pipeline>_window_state``, ``<pipeline>_ledger``,
-``<pipeline>_metrics`` and, once a batch kept one, ``<pipeline>_late_records`` (the queries of
-``framework.storage.bookkeeping``, written in SQL). Registering is idempotent; a name already
-registered for another location is refused, never repointed (an external table of the layout
-before ``_state``, at its old place in the pipeline's folder, is replaced by its view).
+``<pipeline>_metrics``, ``<pipeline>_rejected_records`` and, once a batch kept one,
+``<pipeline>_late_records`` (the queries of ``framework.storage.bookkeeping``, written in SQL).
+Registering is idempotent; a name already registered for another location is refused, never
+repointed (an external table of the layout before ``_state``, at its old place in the
+pipeline's folder, is replaced by its view).
 Which catalog keeps them is the session's: Spark's in-memory one (tables live as long as the
 session), an embedded Derby metastore (``spark_session(metastore=...)``, local use) or the
 deployment's Hive, Glue or Unity metastore.
@@ -23,7 +24,7 @@ from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
 
-from ..definition.columns import BUCKET, ENTRY, LATE_BUCKET, LEDGER_BUCKET, SEQ
+from ..definition.columns import BUCKET, ENTRY, LATE_BUCKET, LEDGER_BUCKET, REJECTED_BUCKET, SEQ
 from ..errors import FrameworkError
 from . import bookkeeping, files, ledger, locks, metrics, tables
 
@@ -65,6 +66,11 @@ def view_queries(
         for name, _ in metrics.COLUMNS
     )
     views = [
+        (
+            f"{p.name}_rejected_records",
+            f"SELECT r.* FROM (SELECT from_json({ENTRY}, '{bookkeeping.REJECTED_SCHEMA}') AS r FROM {state} "
+            f"WHERE {BUCKET} = {REJECTED_BUCKET})",
+        ),
         (f"{p.name}_window_state", f"SELECT * EXCEPT ({SEQ}, {ENTRY}) FROM {state} WHERE {BUCKET} >= 0"),
         (
             f"{p.name}_ledger",

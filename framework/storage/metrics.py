@@ -14,6 +14,7 @@ COLUMNS = [
     ("records_in", "long"),
     ("late_record_drop_total", "long"),
     ("late_records", "long"),
+    ("rejected_records_total", "long"),
     ("record_lateness_avg", "double"),
     ("record_lateness_max", "double"),
     ("suppression_buffer_count_current", "long"),

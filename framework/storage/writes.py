@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, TypeVar
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -46,6 +46,8 @@ MAINTENANCE = frozenset(
 
 
 RETRIES = 3  # attempts of one write that lost a race to another writer
+
+T = TypeVar("T")
 
 
 def history_since(spark: SparkSession, path: str, version: int | None) -> list:
@@ -179,13 +181,20 @@ def advance(spark: SparkSession, path: str, base: int | None, tag: str, write: C
     maintenance is kept. If another attempt's commit lands between the undo and this write, the
     write is tried again from the start (``RETRIES`` times, then ``Interleaved`` is raised), so
     the returned version never holds another attempt's rows."""
+    return retried(lambda: _advance(spark, path, base, tag, write))
+
+
+def retried(write: Callable[[], T]) -> T:
+    """Run ``write``, again while it loses a race to another writer (``lost_race``), ``RETRIES``
+    times in all. Only for a write that may run twice: one that starts over from what it
+    reads, or one Delta skips when it landed already (a transaction id)."""
     for _ in range(RETRIES - 1):
         try:
-            return _advance(spark, path, base, tag, write)
+            return write()
         except Exception as e:
             if not lost_race(e):
                 raise
-    return _advance(spark, path, base, tag, write)
+    return write()
 
 
 def _advance(spark: SparkSession, path: str, base: int | None, tag: str, write: Callable[[], None]) -> int | None:

@@ -20,6 +20,10 @@ from framework import (
     "build,pattern",
     [
         (lambda: Pipeline("bad name!"), r"pipeline name must match"),
+        (
+            lambda: Pipeline("p", bad_records="skip"),
+            r"pipeline 'p': bad_records must be one of \('refuse', 'quarantine'\), got 'skip'",
+        ),
         (lambda: Pipeline("p").group_by("k; DROP TABLE x"), r"group_by key must match"),
         (lambda: Pipeline("p").group_by("k").aggregate(), r"aggregate\(\) takes one or more"),
         (
@@ -55,6 +59,7 @@ from framework import (
                 "window_state",
                 "records",
                 "late_records",
+                "rejected_records",
                 "_staging",
                 "Metrics",
                 "LATE_RECORDS",
