@@ -40,10 +40,10 @@ from typing import Iterable
 
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..definition.columns import BUCKET, SEQ
+from ..definition.columns import BUCKET, LEDGER_BUCKET, SEQ
 from ..definition.pipeline import Pipeline
 from ..errors import ConcurrentBatchError, ReplayError
 from ..storage import files, ledger, state, tables, upgrade, writes
@@ -327,7 +327,7 @@ def _commit(
     ]
     rows = (
         ledger.to_frame(spark, [*replaced, *new])
-        .unionByName(result.filter((F.col(BUCKET) >= 0) | (F.col(SEQ) >= first.seq)), allowMissingColumns=True)
+        .unionByName(result.filter(_kept_since(first.seq)), allowMissingColumns=True)
         .localCheckpoint()
     )
     tables.create(spark, t.state, rows.schema, partition_by=BUCKET)  # a replay of every batch of a pipeline
@@ -348,6 +348,12 @@ def _commit(
     if made is None:
         raise ConcurrentBatchError(f"{where}: fenced out at its commit point")
     return new[-1]
+
+
+def _kept_since(seq: int) -> Column:
+    """The window rows of a replay's ``_state`` and the late and rejected records of its batches
+    from ``seq`` on (not its ledger rows: the commit writes those itself)."""
+    return (F.col(BUCKET) >= 0) | ((F.col(BUCKET) != LEDGER_BUCKET) & (F.col(SEQ) >= seq))
 
 
 def _version(spark: SparkSession, path: str) -> int:
