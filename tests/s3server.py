@@ -63,12 +63,24 @@ class S3:
         """Environment for a client outside Spark (boto3, pyarrow: the quality-gate task)."""
         return dict(CREDENTIALS, AWS_ENDPOINT_URL=self.endpoint)
 
-    def keys(self, prefix: str = "") -> list[str]:
+    def client(self):
         import boto3
 
-        client = boto3.client("s3", endpoint_url=self.endpoint, **_boto_credentials())
-        pages = client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+        return boto3.client("s3", endpoint_url=self.endpoint, **_boto_credentials())
+
+    def keys(self, prefix: str = "") -> list[str]:
+        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
         return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+    def copy(self, source: str, target: str) -> str:
+        """Copy every object under folder ``source`` to folder ``target`` (a warehouse copied
+        with its Delta logs holds the same tables); the copy's ``s3a://`` URL."""
+        client = self.client()
+        for key in self.keys(f"{source}/"):
+            client.copy_object(
+                Bucket=self.bucket, Key=f"{target}/{key[len(source) + 1 :]}", CopySource={"Bucket": self.bucket, "Key": key}
+            )
+        return self.url(target)
 
 
 def _boto_credentials() -> dict[str, str]:

@@ -3,6 +3,12 @@ absent" is atomic. Object stores and HDFS have one (with the right LogStore); a 
 not across processes (a rename overwrites, and Delta's local LogStore locks within one JVM only),
 so on a local warehouse every commit holds an OS file lock beside its table (``committing``) for
 the length of that commit only.
+
+Anywhere else (``s3a://``, ``hdfs://``, ...) ``committing`` is a no-op: no lock file, no
+``flock`` (an object store has neither rename nor locks). There the LogStore makes each commit a
+put-if-absent: on S3, ``framework.storage.s3``'s conditional-PUT LogStore (or Delta's
+``S3DynamoDBLogStore``), which ``spark_session(s3=True)`` configures; a session left with Delta's
+default S3 LogStore is safe for one driver only (docs/s3.md).
 """
 
 from __future__ import annotations
@@ -82,7 +88,8 @@ def local_path(path: str) -> str | None:
 
 def committing(path: str) -> AbstractContextManager:
     """A lock to hold while committing to the Delta table at ``path``: ``<table>.lock`` beside
-    it on a local disk; nothing elsewhere, where the store's put-if-absent is atomic."""
+    it on a local disk; nothing elsewhere, where the LogStore's put-if-absent is atomic (on S3:
+    ``framework.storage.s3``)."""
     local = local_path(path)
     if local is None:
         return nullcontext()
