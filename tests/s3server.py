@@ -77,9 +77,8 @@ class S3:
         with its Delta logs holds the same tables); the copy's ``s3a://`` URL."""
         client = self.client()
         for key in self.keys(f"{source}/"):
-            client.copy_object(
-                Bucket=self.bucket, Key=f"{target}/{key[len(source) + 1 :]}", CopySource={"Bucket": self.bucket, "Key": key}
-            )
+            copied = f"{target}/{key[len(source) + 1 :]}"
+            client.copy_object(Bucket=self.bucket, Key=copied, CopySource={"Bucket": self.bucket, "Key": key})
         return self.url(target)
 
 

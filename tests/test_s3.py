@@ -121,4 +121,3 @@ def test_the_quality_gate_outcome_on_s3_is_read_without_spark(spark, s3, after_b
     read = outcome.read(lake, P.name, "batch")
     assert read == left and read.success and read.batch_id == "b1"
     assert outcome.read(lake, P.name, "replay") is None
-

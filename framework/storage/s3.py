@@ -52,8 +52,9 @@ def build_logstore(classpath: list[str]) -> Path:
     client jars) into ``LOGSTORE_JAR``."""
     hadoop = Path(pyspark.__file__).parent / "jars" / f"hadoop-client-api-{hadoop_version()}.jar"
     with tempfile.TemporaryDirectory() as classes:
-        javac = ["javac", "--release", "17", "-nowarn", "-d", classes, "-cp", os.pathsep.join([*classpath, str(hadoop)])]
-        subprocess.run([*javac, *map(str, sorted(JAVA.glob("*.java")))], check=True)
+        path = os.pathsep.join([*classpath, str(hadoop)])
+        javac = ["javac", "--release", "17", "-nowarn", "-d", classes, "-cp", path]
+        subprocess.run(javac + [str(source) for source in sorted(JAVA.glob("*.java"))], check=True)
         subprocess.run(["jar", "cf", str(LOGSTORE_JAR), "-C", classes, "."], check=True)
     return LOGSTORE_JAR
 

@@ -83,7 +83,8 @@ def spark_session(
     )
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = configure_spark_with_delta_pip(builder, extra_packages=s3_support.packages() if on_s3 else None).getOrCreate()
+    extra_packages = s3_support.packages() if on_s3 else None
+    spark = configure_spark_with_delta_pip(builder, extra_packages=extra_packages).getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
     jvm = spark.sparkContext._jvm
     if metastore and jvm is not None:  # Derby's log goes beside its database, not into the working folder
