@@ -15,7 +15,7 @@ from test_concurrency import race
 from test_exactly_once import BATCHES, Crash, pipeline, run
 from test_operations import _in_thread, _Paused
 
-from framework import ConcurrentBatchError, Runtime
+from framework import ConcurrentBatchError, FrameworkError, Runtime
 from framework.operations import outcome, validation
 from framework.operations.attempt import WRITE_POINTS
 from framework.operations.replay import ReplayBatch
@@ -64,6 +64,13 @@ def test_the_s3_logstore_refuses_to_overwrite_a_commit(spark, s3, clean):
         store.write(first, jvm.java.util.Collections.emptyIterator(), False, log.newDeltaHadoopConf())
     assert log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty()).version() >= 0
     assert not [k for k in s3.keys("clean") if k.endswith(".lock")]
+
+
+def test_a_session_with_deltas_single_driver_s3_logstore_is_refused(spark, s3):
+    session = spark.newSession()
+    session.conf.set("spark.delta.logStore.s3a.impl", "io.delta.storage.S3SingleDriverLogStore")
+    with pytest.raises(FrameworkError, match=r"atomic within one driver only.*s3=True"):
+        Runtime(session, s3.url("refused"), quality=False)
 
 
 def test_a_crash_before_each_write_then_a_rerun_equals_a_clean_run_on_s3(spark, s3, after_b0, clean):
