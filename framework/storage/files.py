@@ -9,9 +9,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from .tables import exists, read
 
-# Stores whose files appear whole when closed (one PUT), never half-written; a rename there is a
-# copy and a delete, neither atomic nor needed.
-OBJECT_STORES = ("s3a", "s3", "gs", "abfs", "abfss")
+# Object stores whose files appear whole when closed (one upload), never half-written; a rename
+# there is a copy and a delete, neither atomic nor needed. (ABFS shows a file from its creation.)
+OBJECT_STORES = ("s3a", "s3", "gs")
 
 
 def fs_path(spark: SparkSession, path: str):

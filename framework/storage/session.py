@@ -53,7 +53,7 @@ def spark_session(
     (Derby) Hive metastore, so that catalog schemas and tables (``Runtime(catalog=...)``) outlive
     the session on one machine; one process at a time may use it. Leave it out where the
     deployment configures its own metastore. ``s3=True`` (default: whether ``$FINALRESULTS_S3``
-    is set) loads what a warehouse on S3 needs: the s3a file system and the LogStore that makes
+    is set, and not to 0) loads what a warehouse on S3 needs: the s3a file system and the LogStore that makes
     its commits atomic (``framework.storage.s3``, docs/s3.md); endpoint and credentials go in
     ``conf`` as ``spark.hadoop.fs.s3a.*`` settings.
 
@@ -73,7 +73,7 @@ def spark_session(
         chosen = "local[*]"  # under spark-submit (gateway already up) its --master is kept
     if chosen:
         builder = builder.master(chosen)
-    on_s3 = bool(os.environ.get("FINALRESULTS_S3")) if s3 is None else s3
+    on_s3 = os.environ.get("FINALRESULTS_S3", "") not in ("", "0") if s3 is None else s3
     settings = dict(
         DEFAULT_CONF,
         **{"spark.ui.enabled": str(ui).lower()},
