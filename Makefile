@@ -9,7 +9,9 @@ PYTEST_ARGS ?= -q --durations=25 -n 2 --dist loadfile
 
 .PHONY: install lint unit test demo bench bench-quick clean
 
-install: $(VENV)/.installed
+LOGSTORE_JAR := framework/storage/java/finalresults-s3-logstore.jar
+
+install: $(VENV)/.installed $(LOGSTORE_JAR)
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -18,6 +20,11 @@ $(VENV)/.installed: pyproject.toml
 	# Resolve Delta's jars from Maven Central once (cached in ~/.ivy2).
 	$(PY) -c "from framework import spark_session; spark_session('install').stop()"
 	touch $@
+
+# S3 warehouses (docs/s3.md): resolve hadoop-aws and its AWS SDK bundle (~560 MB, once, into
+# ~/.ivy2) and compile the commit LogStore against them (javac, Java 17).
+$(LOGSTORE_JAR): framework/storage/java/*.java $(VENV)/.installed
+	$(PY) -m framework.storage.s3
 
 lint: install
 	$(PY) -m ruff check

@@ -15,9 +15,12 @@ def spark(tmp_path_factory):
     # One JVM serves a worker's share of the suite (half an hour of Delta tables): Spark's 1 GiB
     # default heap ran out near the end of CI and stopped the SparkContext under the last tests.
     # Catalog schemas (test_catalog) get their folders in a tmp dir, not in the checkout.
+    # s3=True: the s3a file system and the S3 LogStore are loaded, for warehouses on the S3 server
+    # some tests start (tests/s3.py); other tests never touch them.
     session = spark_session(
         "tests",
         master="local[2]",
+        s3=True,
         conf={
             "spark.sql.codegen.wholeStage": "false",
             "spark.driver.memory": "4g",
@@ -37,6 +40,16 @@ def _forget_delta_logs():
     active = SparkSession.getActiveSession()
     if active is not None:
         active._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+
+
+@pytest.fixture(scope="module")
+def s3(spark, tmp_path_factory):
+    """A moto S3 server on 127.0.0.1 for the module's tests, reachable from ``spark``."""
+    from s3server import s3_server
+
+    with s3_server(tmp_path_factory.mktemp("s3") / "server.log") as server:
+        server.reach_from(spark)
+        yield server
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
 """The jobs run on a real Spark cluster: a standalone master and two workers on 127.0.0.1,
 started from the pyspark installation, a job of ``jobs/`` submitted to it with spark-submit in
-client mode (Delta's jars resolved by ``--packages``, as in local mode), and the final rows equal
-those of local mode, emission batch and stream time included."""
+client mode (Delta's and the S3 jars resolved by ``--packages``, as in local mode), and the final
+rows equal those of local mode, emission batch and stream time included. Landing data and the
+warehouse are in a bucket of the S3 server the tests start (tests/s3server.py), as in
+production: no worker shares the driver's disk."""
 
 import datetime as dt
 import json
@@ -102,15 +104,17 @@ def cluster(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_a_job_submitted_to_a_standalone_cluster_gives_the_final_rows_of_local_mode(spark, cluster, tmp_path):
+def test_a_job_submitted_to_a_standalone_cluster_gives_the_final_rows_of_local_mode(spark, s3, cluster, tmp_path):
     from framework import Runtime
     from framework.orchestration.airflow import DELTA_PACKAGE
     from framework.orchestration.jobs import run_interval
+    from framework.storage import s3 as s3_support
     from jobs import sample_data, user_alerts
 
-    landing = str(tmp_path / "landing")
+    landing = s3.url("landing")
     sample_data.generate(spark, landing, START, END, tables=["user_events"])
-    on_cluster, local = str(tmp_path / "cluster_lake"), str(tmp_path / "local_lake")
+    on_cluster, local = s3.url("cluster_lake"), str(tmp_path / "local_lake")
+    s3_conf = {**s3.spark_conf(), "spark.delta.logStore.s3a.impl": s3_support.LOGSTORE_CLASS}
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     done = subprocess.run(
         [
@@ -120,7 +124,10 @@ def test_a_job_submitted_to_a_standalone_cluster_gives_the_final_rows_of_local_m
             "--deploy-mode",
             "client",
             "--packages",
-            DELTA_PACKAGE,
+            ",".join([DELTA_PACKAGE, *s3_support.packages()]),
+            "--jars",
+            str(s3_support.LOGSTORE_JAR),
+            *[arg for key, value in s3_conf.items() for arg in ("--conf", f"{key}={value}")],
             "--executor-memory",
             "512m",
             "--conf",

@@ -29,7 +29,7 @@ OWN = {
     "2": ("own2", [("C", 5, 1), ("C", 40, 2)]),
 }
 CHILD = """
-import sys, time
+import json, os, sys, time
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from framework import ConcurrentBatchError, Runtime, spark_session
@@ -52,7 +52,8 @@ def meet(step, wait=True):
 # of its CPU compiling
 spark = spark_session("racer" + me, master="local[1]", conf={{
     "spark.sql.codegen.wholeStage": "false", "spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1",
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}})
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    **json.loads(os.environ.get("FINALRESULTS_TEST_CONF", "{{}}"))}})  # test_s3: the S3 server's settings
 name, batch = OWN[me]
 meet("own")
 print("OWN", Runtime(spark, lake, quality=False).run_batch(pipeline(name), "b0", frame(spark, batch)).status,
@@ -68,24 +69,30 @@ finally:
 """
 
 
-def _racer(lake: str, gate: Path, me: str) -> subprocess.Popen:
+def _racer(lake: str, gate: Path, me: str, env: dict[str, str] | None) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", CHILD.format(tests=str(TESTS)), lake, str(gate), me],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        env=env,
     )
 
 
 @pytest.mark.slow
 def test_two_processes_commit_one_batch_once_and_leave_other_pipelines_alone(spark, warehouse, tmp_path):
-    lake, gate = f"{warehouse}/shared", tmp_path / "gate"
+    race(spark, f"{warehouse}/shared", f"{warehouse}/clean", tmp_path / "gate")
+
+
+def race(spark, lake: str, clean_lake: str, gate: Path, env: dict[str, str] | None = None) -> None:
+    """The race of this module's docstring on warehouse ``lake`` (the children get ``env``:
+    test_s3 runs it on S3), checked against a clean run in ``clean_lake``."""
     gate.mkdir()
-    racers = [_racer(lake, gate, me) for me in OWN]
+    racers = [_racer(lake, gate, me, env) for me in OWN]
     raced = pipeline(RACED[0])
     try:
-        clean = Runtime(spark, f"{warehouse}/clean", quality=False)  # the reference, while the racers start
+        clean = Runtime(spark, clean_lake, quality=False)  # the reference, while the racers start
         clean.run_batch(raced, "b0", frame(spark, RACED[1]))
         outputs = [racer.communicate(timeout=600) for racer in racers]
     finally:

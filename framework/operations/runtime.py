@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from ..definition.pipeline import Pipeline
 from ..errors import FrameworkError
-from ..storage import bookkeeping, compaction, ledger, tables
+from ..storage import bookkeeping, compaction, ledger, locks, tables
 from ..storage import catalog as tables_catalog
 from .attempt import BatchAttempt, BatchResult, cause, result_of
 from .replay import ReplayBatch, ReplayResult, replay
@@ -58,6 +58,7 @@ class Runtime:
         max_clock_skew: dt.timedelta | None = dt.timedelta(days=1),
         catalog: str | None = None,
     ):
+        locks.check_atomic_commits(spark, warehouse)  # on S3, the LogStore replaces the file lock
         self.settings = Settings(
             spark,
             warehouse,

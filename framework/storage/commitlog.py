@@ -9,12 +9,19 @@ after a known version are few, and their files have known names (``<version>.jso
 are read one by one until the first that does not exist: no listing. Delta deletes expired
 commit files oldest first and never leaves a gap, so the file of the known version itself
 tells "no commit since" from "expired".
+
+On S3 the conditional-PUT LogStore (``framework.storage.s3``) writes each commit file whole, in
+place, in the request that commits it, so reading by name holds there too. Delta's
+``S3DynamoDBLogStore`` commits in DynamoDB first and copies the file into the log afterwards (a
+reader's listing completes the copy of a writer that died in between): for its tables Delta's
+history is asked instead.
 """
 
 from __future__ import annotations
 
 import json
 from typing import NamedTuple
+from urllib.parse import urlparse
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
@@ -35,7 +42,10 @@ def commits_after(spark: SparkSession, path: str, version: int) -> list[Commit] 
     """The commits of the table at ``path`` after ``version``, oldest first, read from their
     files; None when that cannot be done (the caller asks Delta's history): the log no longer
     holds ``version``'s file, there are more than ``MOST``, or the table's commits are
-    coordinated (a new version's file may then sit elsewhere until it is backfilled)."""
+    coordinated (a new version's file may then sit elsewhere until it is backfilled), or its
+    LogStore copies commit files into the log after the commit (``S3DynamoDBLogStore``)."""
+    if _copied_after_commit(spark, path):
+        return None
     jvm = spark._jvm
     assert jvm is not None  # a classic (not Spark Connect) session's
     log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
@@ -70,3 +80,11 @@ def commits_after(spark: SparkSession, path: str, version: int) -> list[Commit] 
     if len(found) <= MOST and (found or version >= 0) and read(version + 1 if found else version) is not None:
         return found
     return None
+
+
+def _copied_after_commit(spark: SparkSession, path: str) -> bool:
+    """Whether the LogStore of ``path``'s scheme commits elsewhere first and copies the commit
+    file into the log afterwards (Delta's ``S3DynamoDBLogStore``)."""
+    scheme = urlparse(path).scheme
+    store = spark.conf.get(f"spark.delta.logStore.{scheme}.impl", None) if scheme else None
+    return "DynamoDB" in (store or spark.conf.get("spark.delta.logStore.class", None) or "")

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import uuid
+from urllib.parse import urlparse
 
 from pyspark.sql import DataFrame, SparkSession
 
 from .tables import exists, read
+
+# Object stores whose files appear whole when closed (one upload), never half-written; a rename
+# there is a copy and a delete, neither atomic nor needed. (ABFS shows a file from its creation.)
+OBJECT_STORES = ("s3a", "s3", "gs")
 
 
 def fs_path(spark: SparkSession, path: str):
@@ -18,19 +23,28 @@ def fs_path(spark: SparkSession, path: str):
 
 
 def put_text(spark: SparkSession, path: str, text: str) -> None:
-    """Write a small file (local disk, HDFS or an object store), whole: it is written beside
-    and renamed into place, so a reader never finds it created but still empty (a runner racing
-    another attempt of the same batch read its batch id as '')."""
+    """Write a small file (local disk, HDFS or an object store), whole, so a reader never finds
+    it created but still empty (a runner racing another attempt of the same batch read its batch
+    id as ''). On an object store the file is written in place: it appears when it is closed,
+    whole, replacing the old one in one step. Elsewhere it is written beside and renamed into
+    place."""
     fs, hadoop_path = fs_path(spark, path)
+    if urlparse(path).scheme in OBJECT_STORES:
+        _write(fs, hadoop_path, text)
+        return
     _, written = fs_path(spark, f"{path}.{uuid.uuid4().hex}.tmp")
-    out = fs.create(written, True)
+    _write(fs, written, text)
+    fs.delete(hadoop_path, False)
+    if not fs.rename(written, hadoop_path):
+        raise OSError(f"could not move {written} to {path}")
+
+
+def _write(fs, hadoop_path, text: str) -> None:
+    out = fs.create(hadoop_path, True)
     try:
         out.write(bytearray(text.encode("utf-8")))
     finally:
         out.close()
-    fs.delete(hadoop_path, False)
-    if not fs.rename(written, hadoop_path):
-        raise OSError(f"could not move {written} to {path}")
 
 
 def get_text(spark: SparkSession, path: str) -> str | None:

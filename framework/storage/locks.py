@@ -3,6 +3,12 @@ absent" is atomic. Object stores and HDFS have one (with the right LogStore); a 
 not across processes (a rename overwrites, and Delta's local LogStore locks within one JVM only),
 so on a local warehouse every commit holds an OS file lock beside its table (``committing``) for
 the length of that commit only.
+
+Anywhere else (``s3a://``, ``hdfs://``, ...) ``committing`` is a no-op: no lock file, no
+``flock`` (an object store has neither rename nor locks). There the LogStore makes each commit a
+put-if-absent: on S3, ``framework.storage.s3``'s conditional-PUT LogStore (or Delta's
+``S3DynamoDBLogStore``), which ``spark_session(s3=True)`` configures; a session left with Delta's
+default S3 LogStore is safe for one driver only (docs/s3.md).
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
+
+from ..errors import FrameworkError
 
 LOCK_WAIT_S = 600.0  # how long a commit waits for another process's commit to the same table
 
@@ -80,9 +88,35 @@ def local_path(path: str) -> str | None:
     return os.path.abspath(parsed.path if parsed.scheme else path)
 
 
+S3_SCHEMES = ("s3a", "s3", "s3n")  # where Delta's default LogStore is atomic within one driver only
+
+
+def check_atomic_commits(spark: SparkSession, warehouse: str) -> None:
+    """Refuse a warehouse on S3 whose session leaves Delta's default LogStore for it
+    (``S3SingleDriverLogStore``): two processes committing one table version could both write
+    it, and no lock here stops them. ``spark_session(s3=True)`` sets the conditional-PUT LogStore
+    (docs/s3.md); any other LogStore set for the scheme (Delta's ``S3DynamoDBLogStore``) is taken
+    as the user's choice."""
+    scheme = urlparse(warehouse).scheme
+    if scheme not in S3_SCHEMES:
+        return
+    store = spark.conf.get(f"spark.delta.logStore.{scheme}.impl", None) or spark.conf.get(
+        "spark.delta.logStore.class", None
+    )
+    if store is None or store.endswith("S3SingleDriverLogStore"):
+        raise FrameworkError(
+            f"warehouse {warehouse!r} is on S3, but this Spark session commits there with Delta's "
+            f"S3SingleDriverLogStore ({store or 'the default'}), whose commits are atomic within one driver "
+            "only: two runners of one batch could both commit. Start the session with "
+            "spark_session(..., s3=True) (or FINALRESULTS_S3=1), or set "
+            f"spark.delta.logStore.{scheme}.impl to a LogStore with atomic put-if-absent (docs/s3.md)."
+        )
+
+
 def committing(path: str) -> AbstractContextManager:
     """A lock to hold while committing to the Delta table at ``path``: ``<table>.lock`` beside
-    it on a local disk; nothing elsewhere, where the store's put-if-absent is atomic."""
+    it on a local disk; nothing elsewhere, where the LogStore's put-if-absent is atomic (on S3:
+    ``framework.storage.s3``)."""
     local = local_path(path)
     if local is None:
         return nullcontext()

@@ -1,7 +1,8 @@
 """The SparkSession factory: Delta enabled, sized for the machine, quiet.
 
-Delta's jars are resolved from Maven Central by ``configure_spark_with_delta_pip`` on first use
-and cached in ``~/.ivy2``; nothing else is downloaded at run time.
+Delta's jars (and, for ``s3=True``, ``hadoop-aws`` and the AWS SDK) are resolved from Maven
+Central by ``configure_spark_with_delta_pip`` and cached in ``~/.ivy2``; ``make install`` does it
+once, so nothing is downloaded at run time.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import os
 import sys
 
 from pyspark.sql import SparkSession
+
+from . import s3 as s3_support
 
 DEFAULT_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -40,6 +43,7 @@ def spark_session(
     conf: dict[str, str] | None = None,
     ui: bool = False,
     metastore: str | None = None,
+    s3: bool | None = None,
 ) -> SparkSession:
     """A SparkSession with Delta Lake enabled.
 
@@ -48,7 +52,10 @@ def spark_session(
     unless ``ui=True`` (tests and CI never need it). ``metastore`` is a folder for an embedded
     (Derby) Hive metastore, so that catalog schemas and tables (``Runtime(catalog=...)``) outlive
     the session on one machine; one process at a time may use it. Leave it out where the
-    deployment configures its own metastore.
+    deployment configures its own metastore. ``s3=True`` (default: whether ``$FINALRESULTS_S3``
+    is set, and not to 0) loads what a warehouse on S3 needs: the s3a file system and the LogStore that makes
+    its commits atomic (``framework.storage.s3``, docs/s3.md); endpoint and credentials go in
+    ``conf`` as ``spark.hadoop.fs.s3a.*`` settings.
 
     Example::
 
@@ -66,10 +73,18 @@ def spark_session(
         chosen = "local[*]"  # under spark-submit (gateway already up) its --master is kept
     if chosen:
         builder = builder.master(chosen)
-    settings = dict(DEFAULT_CONF, **{"spark.ui.enabled": str(ui).lower()}, **_metastore_conf(metastore), **(conf or {}))
+    on_s3 = os.environ.get("FINALRESULTS_S3", "") not in ("", "0") if s3 is None else s3
+    settings = dict(
+        DEFAULT_CONF,
+        **{"spark.ui.enabled": str(ui).lower()},
+        **_metastore_conf(metastore),
+        **(s3_support.conf() if on_s3 else {}),
+        **(conf or {}),
+    )
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = configure_spark_with_delta_pip(builder).getOrCreate()
+    extra_packages = s3_support.packages() if on_s3 else None
+    spark = configure_spark_with_delta_pip(builder, extra_packages=extra_packages).getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
     jvm = spark.sparkContext._jvm
     if metastore and jvm is not None:  # Derby's log goes beside its database, not into the working folder

@@ -1,0 +1,78 @@
+"""What a Spark session needs to keep a warehouse on S3 (``s3a://`` paths): the s3a file system
+(``hadoop-aws`` of Spark's own Hadoop version, which brings the AWS SDK bundle) and a Delta
+LogStore whose commits are atomic across processes (docs/s3.md).
+
+Delta commits a table's version N by creating ``_delta_log/N.json`` only if it is absent; on a
+local disk the framework holds a file lock around each commit for that (``locks.committing``).
+On S3 the LogStore does it: ``S3ConditionalPutLogStore`` (``java/``, built into a small jar by
+``make install``) writes each commit file with one conditional PUT (``If-None-Match: *``), so of
+two writers of one version exactly one wins, whatever process or machine they run on. Delta's own
+``S3DynamoDBLogStore`` (artifact ``io.delta:delta-storage-s3-dynamodb``) does the same with a
+DynamoDB table; set ``spark.delta.logStore.s3a.impl`` to it where that artifact can be installed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pyspark
+
+JAVA = Path(__file__).parent / "java"
+LOGSTORE_CLASS = "io.finalresults.S3ConditionalPutLogStore"
+LOGSTORE_JAR = JAVA / "finalresults-s3-logstore.jar"  # built by `make install` (build_logstore)
+
+
+def hadoop_version() -> str:
+    """The Hadoop version Spark ships (its ``hadoop-client-api`` jar): ``hadoop-aws`` must match it."""
+    jars = Path(pyspark.__file__).parent / "jars"
+    names = sorted(p.name for p in jars.glob("hadoop-client-api-*.jar"))
+    if not names:
+        raise RuntimeError(f"no hadoop-client-api jar in {jars}: cannot tell which hadoop-aws to use")
+    return names[0][len("hadoop-client-api-") : -len(".jar")]
+
+
+def packages() -> list[str]:
+    """Maven coordinates a session adds for S3 (resolved into ``~/.ivy2`` by ``make install``)."""
+    return [f"org.apache.hadoop:hadoop-aws:{hadoop_version()}"]
+
+
+def conf() -> dict[str, str]:
+    """Session settings for S3: the LogStore for ``s3a://`` tables and the jar that holds it.
+    Endpoint and credentials are the user's, as ``spark.hadoop.fs.s3a.*`` settings (docs/s3.md)."""
+    if not LOGSTORE_JAR.is_file():
+        raise RuntimeError(f"{LOGSTORE_JAR} is missing: `make install` builds it (framework.storage.s3.build_logstore)")
+    return {"spark.delta.logStore.s3a.impl": LOGSTORE_CLASS, "spark.jars": str(LOGSTORE_JAR)}
+
+
+def build_logstore(classpath: list[str]) -> Path:
+    """Compile ``java/*.java`` against ``classpath`` (Delta, hadoop-aws, the AWS SDK, Hadoop's
+    client jars) into ``LOGSTORE_JAR``."""
+    hadoop = Path(pyspark.__file__).parent / "jars" / f"hadoop-client-api-{hadoop_version()}.jar"
+    with tempfile.TemporaryDirectory() as classes:
+        path = os.pathsep.join([*classpath, str(hadoop)])
+        javac = ["javac", "--release", "17", "-nowarn", "-d", classes, "-cp", path]
+        subprocess.run(javac + [str(source) for source in sorted(JAVA.glob("*.java"))], check=True)
+        subprocess.run(["jar", "cf", str(LOGSTORE_JAR), "-C", classes, "."], check=True)
+    return LOGSTORE_JAR
+
+
+def install() -> None:
+    """What ``make install`` runs: resolve Delta's and the S3 jars into ``~/.ivy2`` through a
+    session, then build the LogStore jar against them."""
+    from delta import configure_spark_with_delta_pip
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master("local[1]").appName("install").config("spark.ui.enabled", "false")
+    spark = configure_spark_with_delta_pip(builder, extra_packages=packages()).getOrCreate()
+    try:
+        jars = spark.sparkContext.getConf().get("spark.jars", "")
+    finally:
+        spark.stop()
+    build_logstore([j.removeprefix("file://") for j in jars.split(",") if j])
+
+
+if __name__ == "__main__":
+    install()
