@@ -213,7 +213,7 @@ def _pipeline_names(args: argparse.Namespace) -> list[str]:
     return sorted(
         p.name
         for p in folder.iterdir()
-        if p.is_dir() and p.name not in RESERVED_ROOT_ENTRIES and not p.name.startswith((".", "_"))
+        if p.is_dir() and p.name not in RESERVED_ROOT_ENTRIES and not p.name.startswith(".")
     )
 
 
