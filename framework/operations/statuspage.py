@@ -33,7 +33,7 @@ CHARTS: list[tuple[str, tuple[str, ...]]] = [
     ("batch duration", ("batch_duration_ms",)),
 ]
 SERIES = (("#2563eb", "none"), ("#ea580c", "5 3"))  # colour and dashes of a chart's first and second line
-W, H, LEFT, RIGHT, TOP, BOTTOM = 360, 160, 44, 14, 12, 34  # chart size and margins, px
+W, H, LEFT, RIGHT, TOP, BOTTOM = 360, 166, 44, 14, 18, 34  # chart size and margins, px
 STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; color: #222; margin: 24px auto; max-width: 1160px; padding: 0 16px; }
 h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 18px; margin: 28px 0 6px; }
@@ -202,7 +202,7 @@ def chart(title: str, columns: list[str], rows: list[dict]) -> str:
     unit = UNITS.get(columns[0], "")
     highest = max((r[c] for r in rows for c in columns if r[c] is not None), default=0)
     per, unit = scale(unit, highest)
-    step = _step(highest / per)
+    step = _step(highest / per, whole=not unit)  # counts step by whole numbers
     top = max(step * math.ceil(highest / per / step), step)
     times = [_millis(r["stream_time"]) for r in rows]
     first, span = times[0], max(times[-1] - times[0], 1)
@@ -241,7 +241,7 @@ def chart(title: str, columns: list[str], rows: list[dict]) -> str:
             f'<text x="{LEFT - 4}" y="{y(v * per) + 3:.1f}" text-anchor="end">{_short(v)}</text>'
             for v in levels
         )
-        + (f'<text x="{LEFT - 4}" y="{TOP - 2}" text-anchor="end">{unit}</text>' if unit else "")
+        + (f'<text x="{LEFT - 4}" y="{TOP - 8}" text-anchor="end">{unit}</text>' if unit else "")
         + "".join(
             f'<text x="{tx:.1f}" y="{bottom + 13}" text-anchor="{anchor}">{when[5:16]}</text>'
             for tx, when, anchor in ticks
@@ -255,13 +255,14 @@ def chart(title: str, columns: list[str], rows: list[dict]) -> str:
     )
 
 
-def _step(highest: float) -> float:
+def _step(highest: float, whole: bool = False) -> float:
     """A gridline step for values up to ``highest``: 1, 2, 2.5 or 5 times a power of ten, so that
-    3 to 5 steps cover it (1 for nothing to draw)."""
+    3 to 5 steps cover it (1 for nothing to draw); at least 1 if ``whole``."""
     if highest <= 0:
         return 1
     power = 10 ** math.floor(math.log10(highest / 4))
-    return next(m * power for m in (1, 2, 2.5, 5, 10) if highest / (m * power) <= 5)
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if highest / (m * power) <= 5)
+    return max(step, 1) if whole else step
 
 
 def _short(value: float) -> str:

@@ -84,6 +84,12 @@ def test_y_axis_is_scaled_to_the_data():
     assert 117 <= max(numbers) <= 117 * 1.5
 
 
+def test_counts_step_by_whole_numbers():
+    s = status(batch(1, late_records=0), batch(2, late_records=1))
+    labels = [t.text for t in chart(page("/lake", [s]), "late").iter("text")]
+    assert [label for label in labels if label.replace(".", "").isdigit()] == ["0", "1"]
+
+
 def test_x_axis_is_event_time():
     s = status(batch(1), batch(3))
     figure = next(iter(ET.fromstring(page("/lake", [s])).iter("figure")))
