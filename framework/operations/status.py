@@ -50,10 +50,13 @@ def scale(unit: str, value: float) -> tuple[int, str]:
     return 1, unit
 
 
-def shown(column: str, value: int | float | None) -> str:
-    """A metric's value as a person reads it, with its unit: ``69.4 s``, ``12 KiB``, ``1,204``."""
+def shown(column: str, value: int | float | dt.datetime | None) -> str:
+    """A metric's value as a person reads it, with its unit: ``69.4 s``, ``12 KiB``, ``1,204``
+    (``stream-time``, a time, to the millisecond)."""
     if value is None:
         return "not recorded"
+    if isinstance(value, dt.datetime):
+        return _iso(value)
     unit = UNITS.get(column, "")
     per, name = scale(unit, value)
     number = f"{value:,}" if per == 1 and isinstance(value, int) else f"{value / per:,.1f}"

@@ -1,6 +1,7 @@
 """The status text and page from given pipeline states, without a warehouse (no Spark): escaping,
 units that agree between text and charts, axes scaled to the data, gate outcomes per batch."""
 
+import datetime as dt
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -61,6 +62,7 @@ def test_text_is_escaped():
         ("suppression_buffer_size_max", 3 << 20, "3.0 MiB"),
         ("suppression_buffer_size_current", None, "not recorded"),
         ("records_in", 1204, "1,204"),
+        ("stream_time", dt.datetime(2026, 1, 1, 2, 57, 52, 374000), "2026-01-01 02:57:52.374"),
     ],
 )
 def test_metrics_are_shown_with_their_unit(column, value, expected):
