@@ -154,13 +154,13 @@ def _next_steps(root: Path, airflow: dict[str, str]) -> None:
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in airflow.items())
     script.write_text(
         f"#!/bin/sh\n# Airflow's UI on the demo's Airflow home (written by scripts/demo.py)\n{exports}"
-        f"exec {shlex.quote(str(Path(sys.executable).with_name('airflow')))} api-server -p 8080\n"
+        f"exec {shlex.quote(str(Path(sys.executable).with_name('airflow')))} api-server -H 127.0.0.1 -p 8080\n"
     )
     password = json.loads(Path(airflow["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"]).read_text())[USER]
     print(
         "\nsee it in Airflow's UI:\n"
         f"  sh {script}\n"
-        f"  then open http://localhost:8080 and log in as {USER}, password {password}\n"
+        f"  then open http://127.0.0.1:8080 and log in as {USER}, password {password}\n"
         "  (Dags > user_alerts > Final results: the batches, their quality gate, charts, Data Docs).\n"
         "  The DAGs stay paused: unpaused with a scheduler running, user_alerts would catch up every hour\n"
         f"  since {START:%Y-%m-%d} (catchup=True); set FINALRESULTS_END first to bound it."
