@@ -17,6 +17,8 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev]"
+	# Headless chromium for the UI tests (Airflow plugin, Data Docs), driven by playwright.
+	command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
 	# Resolve Delta's jars from Maven Central once (cached in ~/.ivy2).
 	$(PY) -c "from framework import spark_session; spark_session('install').stop()"
 	touch $@

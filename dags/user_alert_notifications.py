@@ -1,7 +1,9 @@
 """Downstream of ``user_alerts``: one notification per final alert row, put in an outbox once.
 
-Scheduled on the user_alerts results table's Asset: the pipeline DAG's quality gate emits one
-asset event per committed batch, naming it. This DAG's task reads exactly those batches' final
+Scheduled per partition of the user_alerts results table's Asset (``PartitionedAssetTimetable``,
+Airflow 3.2+): the pipeline DAG's quality gate emits one asset event per committed batch, naming
+it in its extra and partitioned by its batch id (the interval start), so each batch gets a run of
+its own, whose ``partition_key`` is that batch. This DAG's task reads exactly that batch's final
 rows and adds them to the outbox Delta table (FINALRESULTS_OUTBOX, default ``var/outbox``) with
 ``deliver_once``, keyed by user and window: a retried or overlapping task adds nothing twice.
 Whatever sends the messages (mail, pager) reads the outbox. Paths as in
@@ -14,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk import DAG
+from airflow.sdk import DAG, PartitionedAssetTimetable
 
 from framework.airflow import published_batches, results_asset
 from framework.batchjob import load_job
@@ -35,7 +37,7 @@ def notify(**context) -> None:
     from framework.downstream import batch_rows, deliver_once
 
     batches = published_batches(context, ALERTS)
-    log.info("batches: %s", batches)
+    log.info("partition %s, batches: %s", context["dag_run"].partition_key, batches)
     if not any(b["rows_published"] for b in batches):
         return
     spark = spark_session("user-alert-notifications")
@@ -55,7 +57,7 @@ def notify(**context) -> None:
 
 with DAG(
     dag_id="user_alert_notifications",
-    schedule=[ALERTS],
+    schedule=PartitionedAssetTimetable(assets=ALERTS),
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     max_active_runs=1,
     tags=["finalresults", "downstream"],

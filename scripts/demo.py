@@ -7,7 +7,8 @@ On a fresh machine (SQLite metadata database, local Spark, nothing running) it:
 3. fills ``<root>/landing`` with a few hours of sample events, out-of-order and late ones included;
 4. runs the ``user_alerts`` DAG of ``dags/`` for consecutive hourly data intervals with
    ``dag.test()`` (Airflow's own run loop: spark-submit task, then the quality gate);
-5. prints the final results, the last batch's metrics and where everything is.
+5. prints the final results, the last batch's metrics (with their units), where everything is,
+   and how to open the pipeline in Airflow's UI (the finalresults plugin) and log in.
 
 ``<root>`` (default ``var/demo``) is wiped first, so the demo always starts from nothing.
 
@@ -18,7 +19,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
+import secrets
+import shlex
 import shutil
 import subprocess
 import sys
@@ -27,6 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 START = dt.datetime(2026, 1, 1)
+USER = "admin"  # the demo's one Airflow user (simple auth manager), an admin
 
 
 def _airflow(*args: str) -> None:
@@ -37,40 +42,41 @@ def _airflow(*args: str) -> None:
         sys.exit(f"demo: airflow {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
 
 
-def _configure(root: Path) -> None:
-    """Environment of Airflow and of the DAG file; must be set before Airflow is imported."""
+def _configure(root: Path) -> dict[str, str]:
+    """Environment of Airflow and of the DAG file; must be set before Airflow is imported.
+    Returns the part the api-server needs too (``_next_steps`` prints it)."""
+    home = root / "airflow"
+    home.mkdir(parents=True)
+    passwords = home / "passwords.json"  # the user's password, made here so the demo can print it
+    passwords.write_text(json.dumps({USER: secrets.token_urlsafe(12)}))
+    shared = {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "FINALRESULTS_WAREHOUSE": str(root / "warehouse"),
+        "FINALRESULTS_LANDING": str(root / "landing"),
+        "FINALRESULTS_START": START.isoformat(),
+    }
     os.environ.update(
         {
-            "AIRFLOW_HOME": str(root / "airflow"),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            **shared,
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
-            "FINALRESULTS_WAREHOUSE": str(root / "warehouse"),
-            "FINALRESULTS_LANDING": str(root / "landing"),
-            "FINALRESULTS_START": START.isoformat(),
             "PYSPARK_PYTHON": sys.executable,
         }
     )
     # dag.test() runs tasks through Starlette's test client, which warns about httpx on every run.
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
+    return shared
 
 
 def _spark(log: Path):
-    """The demo's own Spark session, its console chatter (Ivy, log4j) sent to ``log``.
-
-    The JVM inherits file descriptor 2 when it starts, so pointing it at the file for the start
-    is enough; Python's stderr is restored at once.
-    """
+    """The demo's own Spark session, its console chatter (Ivy, log4j) sent to ``log``."""
     from framework import spark_session
+    from framework.orchestration.console import JAVA_OPTIONS, quiet_session
 
-    saved = os.dup(2)
-    with open(log, "w") as chatter:
-        os.dup2(chatter.fileno(), 2)
-        try:
-            return spark_session("finalresults-demo")
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
+    return quiet_session(lambda: spark_session("finalresults-demo", conf=JAVA_OPTIONS), log)
 
 
 def _load_dags():
@@ -91,7 +97,9 @@ def _run_intervals(dag, rt, pipeline, root: Path, hours: int):
             flush=True,
         )
         # dag.test() infers the data interval that ends at the logical date, as a manual run does.
-        state = dag.test(logical_date=end.replace(tzinfo=dt.timezone.utc)).state
+        run = dag.test(logical_date=end.replace(tzinfo=dt.timezone.utc))
+        _started_when_its_tasks_did(run)
+        state = run.state
         if state != "success":
             print(f"demo: the run ended {state}; task logs are under {root / 'airflow' / 'logs'}", file=sys.stderr)
             return None
@@ -104,14 +112,29 @@ def _run_intervals(dag, rt, pipeline, root: Path, hours: int):
     return m
 
 
+def _started_when_its_tasks_did(run) -> None:
+    """dag.test() records a run as started at its logical date (2026-01-01), so the UI would show
+    it lasting months: record the start of its first task instead."""
+    from airflow.models import DagRun, TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import func, select, update
+
+    with create_session() as session:
+        first = select(func.min(TaskInstance.start_date)).where(
+            TaskInstance.dag_id == run.dag_id, TaskInstance.run_id == run.run_id
+        )
+        session.execute(update(DagRun).where(DagRun.id == run.id).values(start_date=first.scalar_subquery()))
+
+
 def _report(rt, pipeline, last, root: Path) -> None:
+    from framework.operations.status import shown
     from framework.storage.metrics import KIP_NAMES
 
     print("[5/5] final results: users with fewer than 3 events in an hour (one row per closed hour)")
     rt.read_output(pipeline).orderBy("window_start", "user_id").show(100, truncate=False)
     print(f"metrics of the last batch ({last.batch_id}, seq {last.seq}):")
     for column, name in KIP_NAMES.items():
-        print(f"  {name:<36} {last[column]}")
+        print(f"  {name:<36} {shown(column, last[column])}")
     print("\nwhere things are:")
     for label, path in [
         ("results", rt.tables(pipeline).output),
@@ -125,12 +148,31 @@ def _report(rt, pipeline, last, root: Path) -> None:
     print(f"  inspect with   .venv/bin/python -m framework status --warehouse {root / 'warehouse'}")
 
 
+def _next_steps(root: Path, airflow: dict[str, str]) -> None:
+    """How to see it all in Airflow's UI: the api-server command, the address and the login."""
+    script = root / "airflow-ui.sh"
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in airflow.items())
+    script.write_text(
+        f"#!/bin/sh\n# Airflow's UI on the demo's Airflow home (written by scripts/demo.py)\n{exports}"
+        f"exec {shlex.quote(str(Path(sys.executable).with_name('airflow')))} api-server -H 127.0.0.1 -p 8080\n"
+    )
+    password = json.loads(Path(airflow["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"]).read_text())[USER]
+    print(
+        "\nsee it in Airflow's UI:\n"
+        f"  sh {script}\n"
+        f"  then open http://127.0.0.1:8080 and log in as {USER}, password {password}\n"
+        "  (Dags > user_alerts > Final results: the batches, their quality gate, charts, Data Docs).\n"
+        "  The DAGs stay paused: unpaused with a scheduler running, user_alerts would catch up every hour\n"
+        f"  since {START:%Y-%m-%d} (catchup=True); set FINALRESULTS_END first to bound it."
+    )
+
+
 def run(root: Path, hours: int) -> int:
     """The whole demo; returns the exit status."""
     for part in ("airflow", "warehouse", "landing"):
         shutil.rmtree(root / part, ignore_errors=True)
     root.mkdir(parents=True, exist_ok=True)
-    _configure(root)
+    airflow = _configure(root)
     print(f"[1/5] airflow db migrate (AIRFLOW_HOME={root / 'airflow'})", flush=True)
     _airflow("db", "migrate")
     print("[2/5] connection spark_default -> local[*]", flush=True)
@@ -152,6 +194,7 @@ def run(root: Path, hours: int) -> int:
     if last is None:
         return 1
     _report(rt, PIPELINE, last, root)
+    _next_steps(root, airflow)
     return 0
 
 

@@ -1,5 +1,5 @@
-"""The command line with Spark: a run without its landing table, and a backfill and a replay end to end
-(--help, argument errors and ``describe`` are in ``tests/unit/test_cli_arguments.py``)."""
+"""The command line with Spark: a backfill and a replay end to end (--help, argument and path errors
+and ``describe`` are in ``tests/unit/test_cli_arguments.py``, ``status`` in ``test_status_page.py``)."""
 
 import datetime as dt
 import re
@@ -17,26 +17,6 @@ ALERTS = str(ROOT / "jobs" / "user_alerts.py")
 START, END = dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 1, 3)
 
 
-def test_run_without_its_landing_table_is_one_clear_line_and_writes_nothing(spark, tmp_path, capsys):
-    landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
-    argv = [
-        "run",
-        ALERTS,
-        "--batch-start",
-        "2026-01-01T00:00",
-        "--warehouse",
-        str(warehouse),
-        "--landing",
-        str(landing),
-    ]
-    assert main(argv) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(
-        f"finalresults: error: landing table 'user_events' not found at {landing / 'user_events'}; fill it first"
-    )
-    assert not warehouse.exists()
-
-
 @pytest.mark.slow
 def test_backfill_status_validate(spark, tmp_path, capsys, monkeypatch):
     sys.path.insert(0, str(ROOT))
@@ -48,13 +28,17 @@ def test_backfill_status_validate(spark, tmp_path, capsys, monkeypatch):
     backfill = ["backfill", ALERTS, "--from", START.isoformat(), "--to", END.isoformat(), *paths]
 
     assert main(backfill) == 0
-    assert [line.split(": ")[1].split(" (")[0] for line in capsys.readouterr().out.splitlines()] == ["committed"] * 3
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(": ")[1].split(" (")[0] for line in out[:-1]] == ["committed"] * 3
     assert main(backfill) == 0
-    assert capsys.readouterr().out.count("already committed") == 3
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(": ")[1].split(" (")[0] for line in out[:-1]] == ["already committed"] * 3
+    assert ": 0 committed, 3 already committed; records in 0, emitted 0" in out[-1]
 
     assert main(["status", "--warehouse", warehouse]) == 0
     status = capsys.readouterr().out
     assert "last batch     2026-01-01T02:00:00 (seq 3)" in status and "open windows" in status
+    assert "quality gate" in status
 
     before = Runtime(spark, warehouse).read_output(load_job(ALERTS).PIPELINE).collect()
     assert main(["replay", ALERTS, "--from", "2026-01-01T01:00", *paths]) == 0

@@ -85,7 +85,9 @@ def _wheel(tmp: Path) -> Path:
 def test_the_wheel_gates_a_batch_outside_the_checkout_without_airflow(tmp_path):
     assert not tmp_path.is_relative_to(ROOT)
     wheel = _wheel(tmp_path)
-    assert TEMPLATE in zipfile.ZipFile(wheel).namelist()
+    names = zipfile.ZipFile(wheel).namelist()
+    assert TEMPLATE in names and "framework/orchestration/log4j2.properties" in names
+    assert "framework/operations/data_docs_assets/jquery-3.7.1.min.js" in names
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)

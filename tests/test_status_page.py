@@ -1,4 +1,5 @@
-"""``status --html`` draws what the metrics table holds, stands alone, and long commands report progress.
+"""``status`` (text, ``--json``, ``--html``) shows what the metrics table and the quality gate
+recorded, the page stands alone, and long commands report progress and end with a summary.
 
 One warehouse for the module: ``user_alerts`` backfilled over three hours then replayed over its last
 two, and ``quiet``, whose only batch failed (a ledger, no batch).
@@ -7,6 +8,7 @@ two, and ``quiet``, whose only batch failed (a ledger, no batch).
 import contextlib
 import datetime as dt
 import io
+import json
 import re
 import sys
 import xml.etree.ElementTree as ET
@@ -19,7 +21,7 @@ import pytest
 from framework import BufferConfig, InputError, Pipeline, Runtime, Suppressed, TimeWindows, agg
 from framework.operations.statuspage import CHARTS
 from framework.orchestration.cli import main
-from framework.storage import bookkeeping
+from framework.orchestration.jobs import load_job
 from framework.storage.metrics import KIP_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,11 +63,15 @@ def lake(spark, tmp_path_factory):
         Runtime(spark, warehouse).run_batch(QUIET, "b0", spark.createDataFrame([("a",)], "k string"))
     html = root / "status.html"
     status = _run(["status", "--warehouse", warehouse, "--html", str(html)])
-    metrics = bookkeeping.read_metrics(spark, f"{warehouse}/user_alerts").orderBy("seq").collect()
+    metrics = Runtime(spark, warehouse).read_metrics(load_job(ALERTS).PIPELINE).orderBy("seq").collect()
+    audits = spark.read.format("delta").load(f"{warehouse}/quality_results").filter("batch_id is not null")
     return SimpleNamespace(
         backfill=backfill,
         replay=replay,
         status=status,
+        text=_run(["status", "--warehouse", warehouse, "--last", "2"]),
+        json=_run(["status", "--warehouse", warehouse, "--json", "--last", "3"]),
+        audited={r.batch_id for r in audits.collect()},
         page=html.read_text(encoding="utf-8"),
         metrics=[r.asDict() for r in metrics],
     )
@@ -79,14 +85,20 @@ def _points(series):
     """(seq, value, how precise) of each point of a chart series, from its tooltips (``12.5 s``)."""
     points = []
     for circle in series.iter("circle"):
-        seq, _, shown = circle.find("title").text.split(" · ")
+        seq, _, _, shown = circle.find("title").text.split(" · ")
         number, *unit = shown.replace(",", "").split()
-        per = {"s": 1000, "min": 60_000}.get(unit[0] if unit else "", 1)
+        per = {"s": 1000, "min": 60_000, "KiB": 1024, "MiB": 1 << 20}.get(unit[0] if unit else "", 1)
         points.append((int(seq.split()[1]), float(number) * per, 0.05 * per))
     return points
 
 
-def test_backfill_and_replay_report_progress_on_stderr(lake):
+def test_backfill_and_replay_report_progress_on_stderr_and_backfill_ends_with_a_summary(lake):
+    code, out, _ = lake.backfill
+    assert re.fullmatch(
+        r"backfill user_alerts: 3 interval\(s\) in (\d+ min )?\d+ s: 3 committed, 0 already committed; "
+        r"records in [\d,]+, emitted [\d,]+",
+        out[-1],
+    )
     for (code, out, err), command, total in ((lake.backfill, "backfill", 3), (lake.replay, "replay", 2)):
         assert code == 0 and out, err
         matches = [PROGRESS.fullmatch(line) for line in err]
@@ -101,7 +113,7 @@ def test_page_has_a_section_per_pipeline_and_says_when_there_is_nothing_to_chart
     assert set(sections) == {"quiet", "user_alerts"}
     quiet = sections["quiet"]
     assert "no batch committed yet" in quiet.find("pre").text
-    assert "nothing to chart" in " ".join(p.text for p in quiet.iter("p"))
+    assert "nothing to chart" in " ".join("".join(p.itertext()) for p in quiet.iter("p"))
     assert not list(quiet.iter("svg"))
     alerts = sections["user_alerts"]
     assert "last batch     2026-01-01T02:00:00 (seq 3)" in alerts.find("pre").text
@@ -112,7 +124,7 @@ def test_charts_plot_the_metrics_table_one_point_per_batch(lake):
     assert [r["seq"] for r in rows] == [1, 2, 3] and sum(r["records_in"] for r in rows) > 0
     series = {g.get("data-metric"): g for g in alerts.iter("g") if g.get("class") == "series"}
     recorded = {c for c in KIP_NAMES if any(r[c] is not None for r in rows)}
-    drawn = {c for _, columns, _ in CHARTS for c in columns if c in recorded}
+    drawn = {c for _, columns in CHARTS for c in columns if c in recorded}
     assert {KIP_NAMES[c] for c in drawn} == set(series)
     assert {"records_in", "late_records", "record_lateness_max", "windows_open", "batch_duration_ms"} <= drawn
     for column in drawn:
@@ -134,3 +146,26 @@ def test_charts_plot_the_metrics_table_one_point_per_batch(lake):
 
 def test_page_fetches_nothing(lake):
     assert not re.search(r"https?:|<script|<link|<img|<iframe|@import|url\(|src=", lake.page, re.I)
+
+
+def test_status_lists_the_last_batches_with_their_quality_gate(lake):
+    code, out, err = lake.text
+    assert code == 0 and not err, err  # nothing from the JVM
+    lines = [line for line in out if re.match(r"\s+\d+\s+2026-", line)]
+    assert [line.split()[0] for line in lines] == ["2", "3"]
+    for line in lines:  # a batch with rows was audited, and passed; one without had nothing to audit
+        if line.split()[1] in lake.audited:
+            assert re.search(r"passed (\d+)/\1$", line), line
+        else:
+            assert line.endswith("no rows to audit"), line
+
+
+def test_status_json_has_the_metrics_as_recorded_and_the_units(lake):
+    code, out, _ = lake.json
+    alerts = {p["name"]: p for p in json.loads("\n".join(out))["pipelines"]}["user_alerts"]
+    assert alerts["last_batch"]["seq"] == 3 and alerts["batch_count"] == 3
+    assert [b["seq"] for b in alerts["batches"]] == [1, 2, 3]
+    for got, row in zip(alerts["batches"], lake.metrics):
+        assert got["records_in"] == row["records_in"] and got["batch_duration_ms"] == row["batch_duration_ms"]
+        assert (got["gate"] is not None) == (row["batch_id"] in lake.audited)
+    assert alerts["units"]["batch_duration_ms"] == "ms"

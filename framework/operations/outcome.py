@@ -66,7 +66,7 @@ def read(warehouse: str, pipeline: str, kind: str) -> Outcome | None:
     """The outcome the last run of ``kind`` left, or None if there is none."""
     where = location(warehouse, pipeline, kind)
     try:
-        text = _text(where)
+        text = read_text(where)
         return None if text is None else Outcome.from_json(text)
     except (OSError, ValueError, TypeError) as e:  # pyarrow's errors are OSError or ValueError (ArrowInvalid)
         raise FrameworkError(
@@ -76,7 +76,9 @@ def read(warehouse: str, pipeline: str, kind: str) -> Outcome | None:
         ) from e
 
 
-def _text(where: str) -> str | None:
+def read_text(where: str) -> str | None:
+    """The text of the small file at ``where`` (a local path or an object-store URI, read as the
+    Airflow worker can: without Spark), or None if there is none."""
     scheme = urlparse(where).scheme
     if len(scheme) <= 1 or scheme == "file":  # a path, a Windows drive, or a file URI
         path = Path(urlparse(where).path if scheme == "file" else where)

@@ -4,8 +4,9 @@ and write-audit-publish.
 ``gate`` audits a batch's rows before they are published: a failed critical expectation raises
 ``QualityGateError`` and the batch writes nothing; warnings are only recorded. Every run given a
 warehouse appends its results to the Delta table ``<warehouse>/quality_results`` and, for a
-warehouse on local disk, updates GX Data Docs under ``<warehouse>/data_docs/`` (GX keeps suites and
-raw results in ``<warehouse>/gx/``; its file stores reach local disks only).
+warehouse on local disk, updates GX Data Docs under ``<warehouse>/data_docs/``, which render offline
+(``datadocs``; GX keeps suites and raw results in ``<warehouse>/gx/``; its file stores reach local
+disks only).
 
 GX is imported here and in ``suites`` only: importing it takes seconds, and DAG files must stay light.
 """
@@ -19,6 +20,7 @@ import logging
 import math
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +40,7 @@ from pyspark.sql.types import DoubleType, FloatType
 from ..definition.pipeline import Pipeline
 from ..errors import QualityGateError
 from ..storage import locks, tables
+from . import datadocs
 from .suites import identity, load_suite, suite_file
 
 log = logging.getLogger("framework.quality")
@@ -63,6 +66,7 @@ RESULTS_SCHEMA = (
     "suite string, pipeline string, batch_id string, expectation string, severity string, "
     "success boolean, observed string, examples string, validated_at timestamp"
 )
+WHOLE_TABLE = "results-table"  # the Data Docs run name of a validation of the whole table (no batch)
 ORIGIN = "_origin"  # gate only: whether a validated row is staged or already published
 _GX_LOCK = threading.Lock()  # a GX context is not thread-safe; pipelines may run in threads
 
@@ -106,9 +110,9 @@ class Report:
 
     def summary(self) -> str:
         failed = [c for c in self.checks if not c.success]
+        what = f"batch {self.batch_id!r}" if self.batch_id else "the whole results table"
         head = (
-            f"suite {self.suite!r}, batch {self.batch_id!r}: {len(self.checks) - len(failed)} of "
-            f"{len(self.checks)} expectations passed"
+            f"suite {self.suite!r}, {what}: {len(self.checks) - len(failed)} of {len(self.checks)} expectations passed"
         )
         return "\n".join([head] + [f"  [{c.severity}] {c.describe()}" for c in failed])
 
@@ -279,11 +283,15 @@ def _run(
         data = frame.toPandas() if engine == "pandas" else frame
         with _GX_LOCK:
             context = _context(root)
+            started = time.time()
             run = _checkpoint(context, suite, root is not None, engine).run(
-                batch_parameters={"dataframe": data}, run_id=RunIdentifier(run_name=batch_id or "table", run_time=now)
+                batch_parameters={"dataframe": data},
+                run_id=RunIdentifier(run_name=batch_id or WHOLE_TABLE, run_time=now),
             )
             [(identifier, result)] = run.run_results.items()
             urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=SITE) if root else []
+            if root:
+                datadocs.make_offline(Path(root) / "data_docs", since=started)
     finally:
         frame.unpersist()
     docs = urls[0]["site_url"] if urls else None

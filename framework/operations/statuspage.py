@@ -1,45 +1,50 @@
-"""``finalresults status --html``: the status of a warehouse's pipelines as one HTML page with charts.
+"""The status of pipelines as HTML: ``finalresults status --html`` and the Airflow plugin's page.
 
-The page stands alone (inline CSS and SVG drawn here: no script, no font, no fetch), so it can be
-mailed, archived or served as a static file. It reads what ``status`` reads, by path: the ledger
-and the metrics table (``framework.storage.metrics``), one chart point per batch.
+A page stands alone (inline CSS and SVG drawn here: no script, no font, no fetch), so it can be
+mailed, archived, served as a static file or embedded in Airflow's UI. It draws a
+``status.PipelineStatus`` (no Spark here): the status lines, a row per recent batch with its
+quality-gate audit, and a chart per metric group over event time (the batch's stream time).
+Links (a batch's Airflow run, its Data Docs page) are given by the caller as ``Links``: the
+static page links Data Docs on disk, the plugin links pages it serves.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
-from typing import TYPE_CHECKING
+from pathlib import Path
+from urllib.parse import quote
 
-from ..storage import bookkeeping
 from ..storage.metrics import KIP_NAMES
-from .status import pipeline_status
+from .status import COLUMNS, UNITS, PipelineStatus, gate_of, scale, shown, text
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
-LAST = 500  # batches charted per pipeline: the most recent ones
-#: (chart, metrics columns drawn in it, their unit: none for counts)
-CHARTS: list[tuple[str, tuple[str, ...], str]] = [
-    ("records in", ("records_in", "rejected_records_total"), ""),
-    ("emitted", ("suppression_emit_total",), ""),
-    ("late", ("late_record_drop_total", "late_records"), ""),
-    ("lateness", ("record_lateness_avg", "record_lateness_max"), "ms"),
-    ("windows", ("windows_open", "windows_closed"), ""),
-    ("buffer entries", ("suppression_buffer_count_current", "suppression_buffer_count_max"), ""),
-    ("buffer bytes", ("suppression_buffer_size_current", "suppression_buffer_size_max"), "bytes"),
-    ("batch duration", ("batch_duration_ms",), "ms"),
+ROWS = 20  # batches listed in a pipeline's table: the most recent ones (the charts show all kept)
+#: (chart, metrics columns drawn in it)
+CHARTS: list[tuple[str, tuple[str, ...]]] = [
+    ("records in", ("records_in", "rejected_records_total")),
+    ("emitted", ("suppression_emit_total",)),
+    ("late", ("late_record_drop_total", "late_records")),
+    ("lateness", ("record_lateness_avg", "record_lateness_max")),
+    ("windows", ("windows_open", "windows_closed")),
+    ("buffer entries", ("suppression_buffer_count_current", "suppression_buffer_count_max")),
+    ("buffer bytes", ("suppression_buffer_size_current", "suppression_buffer_size_max")),
+    ("batch duration", ("batch_duration_ms",)),
 ]
 SERIES = (("#2563eb", "none"), ("#ea580c", "5 3"))  # colour and dashes of a chart's first and second line
-W, H, LEFT, RIGHT, TOP, BOTTOM = 360, 150, 44, 14, 12, 30  # chart size and margins, px
+W, H, LEFT, RIGHT, TOP, BOTTOM = 360, 166, 44, 14, 18, 34  # chart size and margins, px
 STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; color: #222; margin: 24px auto; max-width: 1160px; padding: 0 16px; }
 h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 18px; margin: 28px 0 6px; }
 .meta, .note { color: #666; margin: 4px 0; }
 pre.status { background: #f6f6f4; border: 1px solid #e2e2dc; border-radius: 6px; padding: 8px 12px;
              font-size: 12.5px; overflow-x: auto; margin: 6px 0 10px; }
+table.batches { border-collapse: collapse; font-size: 12.5px; margin: 6px 0 12px; }
+table.batches th, table.batches td { padding: 2px 8px; border-bottom: 1px solid #eee; text-align: right; }
+table.batches th { color: #666; font-weight: 600; }
+table.batches td.text, table.batches th.text { text-align: left; }
+td.passed { color: #15803d; } td.failed { color: #b91c1c; font-weight: 600; } td.none { color: #888; }
 .charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(370px, 1fr)); gap: 10px; }
 figure.chart { margin: 0; border: 1px solid #e2e2dc; border-radius: 6px; padding: 6px 6px 0; }
 figcaption { font-size: 12.5px; } figcaption span { white-space: nowrap; }
@@ -49,22 +54,37 @@ svg text { font: 10px system-ui, sans-serif; fill: #666; }
 
 
 @dataclass(frozen=True)
-class PipelineState:
-    """What the page shows of one pipeline: ``status``'s text and its metrics rows by seq."""
+class Links:
+    """Where a pipeline's section links: the Data Docs folder's URL (ending in ``/``; None: no
+    Data Docs), its pages per batch id (paths under that folder), and each batch's Airflow run."""
 
-    name: str
-    status: str
-    metrics: list[dict]
-
-
-def read(spark: SparkSession, name: str, root: str) -> PipelineState:
-    """Pipeline ``name`` stored at ``root``: its status text and metrics rows (oldest first)."""
-    metrics = bookkeeping.read_metrics(spark, root)
-    rows = metrics.orderBy("seq").collect() if metrics is not None else []
-    return PipelineState(name, pipeline_status(spark, name, root), [r.asDict() for r in rows])
+    docs: str | None = None
+    docs_pages: dict[str, str] = field(default_factory=dict)
+    runs: dict[str, str] = field(default_factory=dict)
 
 
-def page(warehouse: str, pipelines: list[PipelineState], now: dt.datetime | None = None) -> str:
+def docs_pages(data_docs: Path) -> dict[str, str]:
+    """The newest Data Docs validation page of each batch id under ``data_docs`` (GX lays them out
+    as ``validations/<suite>/<run name = batch id>/<run time>/<batch>.html``), as relative paths."""
+    pages: dict[str, tuple[str, str]] = {}
+    for page in (data_docs / "validations").glob("*/*/*/*.html"):
+        batch, run_time = page.parts[-3], page.parts[-2]
+        if batch not in pages or pages[batch][0] < run_time:
+            pages[batch] = (run_time, page.relative_to(data_docs).as_posix())
+    return {batch: path for batch, (_, path) in pages.items()}
+
+
+def local_links(warehouse: str) -> Links:
+    """The static page's links: Data Docs pages on disk (a warehouse on local disk only)."""
+    data_docs = Path(warehouse) / "data_docs"
+    if not (data_docs / "index.html").is_file():
+        return Links()
+    return Links(docs=data_docs.resolve().as_uri() + "/", docs_pages=docs_pages(data_docs))
+
+
+def page(
+    warehouse: str, pipelines: list[PipelineStatus], links: Links | None = None, now: dt.datetime | None = None
+) -> str:
     """The whole page: a heading, then a section per pipeline."""
     now = now or dt.datetime.now(dt.timezone.utc)
     count = f"{len(pipelines)} pipeline{'s' * (len(pipelines) != 1)}"
@@ -76,36 +96,52 @@ def page(warehouse: str, pipelines: list[PipelineState], now: dt.datetime | None
             + " · ".join(f'<a href="#pipeline-{i}">{escape(p.name)}</a>' for i, p in enumerate(pipelines, 1))
             + "</p>"
         )
-    return "\n".join(
+    return document(
+        f"finalresults status: {warehouse}",
         [
-            "<!DOCTYPE html>",
-            '<html lang="en"><head><meta charset="utf-8"/>',
-            f"<title>finalresults status: {escape(warehouse)}</title><style>{STYLE}</style></head><body>",
             "<h1>finalresults status</h1>",
             f'<p class="meta">Warehouse <code>{escape(warehouse)}</code>, {count}, '
             f"generated {now:%Y-%m-%d %H:%M:%S} UTC.</p>",
             contents,
-            *(section(p, f"pipeline-{i}") for i, p in enumerate(pipelines, 1)),
+            *(section(p, f"pipeline-{i}", links or Links()) for i, p in enumerate(pipelines, 1)),
+        ],
+    )
+
+
+def document(title: str, body: list[str]) -> str:
+    """A standalone HTML document with the page's style."""
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8"/>',
+            f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>",
+            *body,
             "</body></html>",
             "",
         ]
     )
 
 
-def section(p: PipelineState, anchor: str) -> str:
-    """One pipeline: its status text and a chart per metric group (of its last ``LAST`` batches)."""
+def section(p: PipelineStatus, anchor: str, links: Links) -> str:
+    """One pipeline: its status lines, its recent batches with their audits, a chart per metric group."""
+    docs = (
+        f'<p class="meta"><a href="{escape(links.docs)}index.html">Data Docs</a> · results table '
+        f"<code>{escape(p.root)}</code></p>"
+        if links.docs
+        else ""
+    )
     head = (
         f'<section class="pipeline" id="{anchor}" data-pipeline="{escape(p.name)}">'
-        f'<h2>{escape(p.name)}</h2>\n<pre class="status">{escape(p.status)}</pre>'
+        f'<h2>{escape(p.name)}</h2>\n{docs}<pre class="status">{escape(text(p, last=0))}</pre>'
     )
-    if not p.metrics:
+    rows = [r for r in p.batches if r.get("stream_time")]
+    if not rows:
         return f'{head}\n<p class="note">No batch has published metrics yet: nothing to chart.</p></section>'
-    rows = p.metrics[-LAST:]
     recorded = [c for c in KIP_NAMES if any(r.get(c) is not None for r in rows)]
-    missing = [KIP_NAMES[c] for _, columns, _ in CHARTS for c in columns if c not in recorded]
+    missing = [KIP_NAMES[c] for _, columns in CHARTS for c in columns if c not in recorded]
     charts = [
-        chart(title, [c for c in columns if c in recorded], unit, rows)
-        for title, columns, unit in CHARTS
+        chart(title, [c for c in columns if c in recorded], rows)
+        for title, columns in CHARTS
         if any(c in recorded for c in columns)
     ]
     return "\n".join(
@@ -113,9 +149,9 @@ def section(p: PipelineState, anchor: str) -> str:
             None,
             [
                 head,
-                f'<p class="note">Charts: the last {len(rows):,} of {len(p.metrics):,} batches.</p>'
-                if len(rows) < len(p.metrics)
-                else "",
+                batch_table(p.batches[-ROWS:], links),
+                f'<p class="note">Charts: the last {len(rows):,} of {p.batch_count:,} batches, '
+                "over their stream time (event time, UTC).</p>",
                 f'<p class="note">Not recorded by this pipeline: {", ".join(missing)}.</p>' if missing else "",
                 '<div class="charts">',
                 *charts,
@@ -125,37 +161,69 @@ def section(p: PipelineState, anchor: str) -> str:
     )
 
 
-def chart(title: str, columns: list[str], unit: str, rows: list[dict]) -> str:
-    """An SVG line chart of ``columns`` over batches (x = seq), captioned with each metric's last value.
+def batch_table(rows: list[dict], links: Links) -> str:
+    """A row per batch, newest first: its run, stream time, a few metrics and its quality-gate audit."""
 
-    Every point is a circle whose tooltip names its batch and value; null values are not drawn.
-    Durations over a few seconds are shown in s or min, on the whole chart."""
-    seqs = [r["seq"] for r in rows]
+    def linked(label: str, url: str | None) -> str:
+        return f'<a href="{escape(url)}">{escape(label)}</a>' if url else escape(label)
+
+    body = []
+    for r in reversed(rows):
+        batch = r["batch_id"]
+        gate = gate_of(r.get("gate"))
+        verdict = gate.describe() if gate else "no rows to audit"
+        kind = "none" if gate is None else "passed" if gate.passed else "failed"
+        page = links.docs_pages.get(batch)
+        docs = links.docs + quote(page) if links.docs and page else None
+        body.append(
+            f'<tr data-batch="{escape(batch)}"><td>{r["seq"]}</td>'
+            f'<td class="text">{linked(batch, links.runs.get(batch))}</td>'
+            f'<td class="text">{escape((r.get("stream_time") or "")[:19])}</td>'
+            + "".join(f"<td>{escape(shown(c, r.get(c)) if r.get(c) is not None else '–')}</td>" for _, c in COLUMNS)
+            + f'<td class="text {kind}">{linked(verdict, docs)}</td></tr>'
+        )
+    heading = (
+        '<tr><th>seq</th><th class="text">batch</th><th class="text">stream time</th>'
+        + "".join(f"<th>{h}</th>" for h, _ in COLUMNS)
+        + '<th class="text">quality gate</th></tr>'
+    )
+    return f'<table class="batches"><thead>{heading}</thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _millis(iso: str) -> float:
+    return dt.datetime.fromisoformat(iso).replace(tzinfo=dt.timezone.utc).timestamp() * 1000
+
+
+def chart(title: str, columns: list[str], rows: list[dict]) -> str:
+    """An SVG line chart of ``columns`` over event time (x = each batch's stream time), captioned
+    with each metric's last value. Every point is a circle whose tooltip names its batch and
+    value; null values are not drawn. The y axis runs from 0 to just above the highest value, in
+    the unit that value reads best in (``status.scale``)."""
+    unit = UNITS.get(columns[0], "")
     highest = max((r[c] for r in rows for c in columns if r[c] is not None), default=0)
-    per, unit = _scale(unit, highest)
-    top = _nice(highest / per)
-    span = max(seqs[-1] - seqs[0], 1)
+    per, unit = scale(unit, highest)
+    step = _step(highest / per, whole=not unit)  # counts step by whole numbers
+    top = max(step * math.ceil(highest / per / step), step)
+    times = [_millis(r["stream_time"]) for r in rows]
+    first, span = times[0], max(times[-1] - times[0], 1)
 
-    def x(seq: int) -> float:
-        return LEFT + (W - LEFT - RIGHT) * ((seq - seqs[0]) / span if len(seqs) > 1 else 0.5)
+    def x(t: float) -> float:
+        return LEFT + (W - LEFT - RIGHT) * ((t - first) / span if len(set(times)) > 1 else 0.5)
 
     def y(value: float) -> float:
         return TOP + (H - TOP - BOTTOM) * (1 - value / per / top)
-
-    def shown(value: int | float | None) -> str:
-        return "–" if value is None else f"{_number(value if per == 1 else value / per)} {unit}".rstrip()
 
     caption, series = [], []
     for (color, dashes), c in zip(SERIES, columns):
         line = f'stroke="{color}" stroke-width="1.5" stroke-dasharray="{dashes}"'
         caption.append(
             f'<span style="color:{color}"><svg width="18" height="8"><line x1="0" y1="4" x2="18" y2="4" '
-            f"{line}/></svg> {KIP_NAMES[c]} <b>{shown(rows[-1][c])}</b></span>"
+            f"{line}/></svg> {KIP_NAMES[c]} <b>{shown(c, rows[-1][c])}</b></span>"
         )
-        points = [(x(r["seq"]), y(r[c]), r) for r in rows if r[c] is not None]
+        points = [(x(t), y(r[c]), r) for t, r in zip(times, rows) if r[c] is not None]
         dots = "".join(
             f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5"><title>seq {r["seq"]} · '
-            f"{escape(str(r['batch_id']))} · {shown(r[c])}</title></circle>"
+            f"{escape(str(r['batch_id']))} · {r['stream_time'][:19]} · {shown(c, r[c])}</title></circle>"
             for px, py, r in points
         )
         series.append(
@@ -163,15 +231,22 @@ def chart(title: str, columns: list[str], unit: str, rows: list[dict]) -> str:
             f'points="{" ".join(f"{px:.1f},{py:.1f}" for px, py, _ in points)}"/>{dots}</g>'
         )
     bottom = H - BOTTOM
-    ticks = [(x(seqs[0]), seqs[0])] + ([(x(seqs[-1]), seqs[-1])] if len(seqs) > 1 else [])
+    levels = [i * step for i in range(round(top / step) + 1)]
+    ends = sorted({x(t): r["stream_time"] for t, r in zip(times, rows)}.items())
+    ticks = [(*ends[0], "start"), (*ends[-1], "end")] if len(ends) > 1 else [(*ends[0], "middle")]
     axes = (
-        f'<line x1="{LEFT}" y1="{TOP}" x2="{W - RIGHT}" y2="{TOP}" stroke="#eee"/>'
-        f'<line x1="{LEFT}" y1="{bottom}" x2="{W - RIGHT}" y2="{bottom}" stroke="#bbb"/>'
-        f'<text x="{LEFT - 4}" y="{TOP + 3}" text-anchor="end">{_short(top)}</text>'
-        + (f'<text x="{LEFT - 4}" y="{TOP + 14}" text-anchor="end">{unit}</text>' if unit else "")
-        + f'<text x="{LEFT - 4}" y="{bottom + 3}" text-anchor="end">0</text>'
-        + "".join(f'<text x="{tx:.1f}" y="{bottom + 13}" text-anchor="middle">{seq}</text>' for tx, seq in ticks)
-        + f'<text x="{(LEFT + W - RIGHT) / 2:.1f}" y="{H - 4}" text-anchor="middle">batch seq</text>'
+        "".join(
+            f'<line x1="{LEFT}" y1="{y(v * per):.1f}" x2="{W - RIGHT}" y2="{y(v * per):.1f}" '
+            f'stroke="{"#bbb" if v == 0 else "#eee"}"/>'
+            f'<text x="{LEFT - 4}" y="{y(v * per) + 3:.1f}" text-anchor="end">{_short(v)}</text>'
+            for v in levels
+        )
+        + (f'<text x="{LEFT - 4}" y="{TOP - 8}" text-anchor="end">{unit}</text>' if unit else "")
+        + "".join(
+            f'<text x="{tx:.1f}" y="{bottom + 13}" text-anchor="{anchor}">{when[5:16]}</text>'
+            for tx, when, anchor in ticks
+        )
+        + f'<text x="{(LEFT + W - RIGHT) / 2:.1f}" y="{H - 4}" text-anchor="middle">stream time (UTC)</text>'
     )
     return (
         f'<figure class="chart" data-chart="{title}"><figcaption>{" · ".join(caption)}</figcaption>'
@@ -180,21 +255,14 @@ def chart(title: str, columns: list[str], unit: str, rows: list[dict]) -> str:
     )
 
 
-def _scale(unit: str, highest: float) -> tuple[int, str]:
-    """How many ``unit`` make one of the unit the chart shows: long durations in s or min."""
-    if unit == "ms":
-        for per, name in ((60_000, "min"), (1000, "s")):
-            if highest >= 2 * per:
-                return per, name
-    return 1, unit
-
-
-def _nice(value: float) -> float:
-    """The smallest 1, 2 or 5 times a power of ten at or above ``value`` (1 for nothing to draw)."""
-    if value <= 0:
+def _step(highest: float, whole: bool = False) -> float:
+    """A gridline step for values up to ``highest``: 1, 2, 2.5 or 5 times a power of ten, so that
+    3 to 5 steps cover it (1 for nothing to draw); at least 1 if ``whole``."""
+    if highest <= 0:
         return 1
-    power = 10 ** math.floor(math.log10(value))
-    return next(m * power for m in (1, 2, 5, 10) if value <= m * power)
+    power = 10 ** math.floor(math.log10(highest / 4))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if highest / (m * power) <= 5)
+    return max(step, 1) if whole else step
 
 
 def _short(value: float) -> str:
@@ -202,7 +270,3 @@ def _short(value: float) -> str:
         if value >= size:
             return f"{value / size:g}{suffix}"
     return f"{value:g}"
-
-
-def _number(value: int | float | None) -> str:
-    return "–" if value is None else f"{value:,}" if isinstance(value, int) else f"{value:,.1f}"

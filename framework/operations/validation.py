@@ -49,8 +49,12 @@ def after_run(
     The table is not validated again when an earlier outcome (of a batch or a replay) passed on
     the very version it is at now: then nobody changed it since, and Great Expectations is not
     imported. Any other commit on it (a batch's rows, a replay, an edit by hand, maintenance)
-    or a failed earlier validation makes this one validate."""
+    or a failed earlier validation makes this one validate.
+
+    Then the pipeline's status, this outcome included, is left beside it (``status.save``) for the
+    Airflow plugin, which reads it without Spark."""
     from ..storage import files, tables
+    from . import status
     from .replay import ReplayResult
     from .runtime import Runtime
 
@@ -78,6 +82,7 @@ def after_run(
         run_id=run_id,
     )
     files.put_text(spark, location(warehouse, p.name, kind), found.to_json())
+    status.save(spark, warehouse, p.name)
     return found
 
 

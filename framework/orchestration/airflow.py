@@ -13,8 +13,12 @@
 - data-aware downstream: the quality gate's outlet is the results table's ``Asset``
   (``results_asset``); its event's extra names the batch it passed (id, seq, rows published,
   stream time), so a DAG scheduled on the asset acts on exactly that batch's rows
-  (``published_batches``, then ``framework.downstream``). Replays emit no asset event: they
-  replace rows that downstream already acted on, which is an operator's decision to follow up.
+  (``published_batches``, then ``framework.downstream``). The event is partitioned (Airflow
+  3.2+, AIP-76): its partition key is the batch id, the interval start as ``%Y-%m-%dT%H:%M:%S``
+  UTC, which Airflow's temporal partition mappers read as they are, so a DAG scheduled with
+  ``PartitionedAssetTimetable`` runs once per batch (``dags/user_alert_notifications.py``).
+  Replays emit no asset event: they replace rows that downstream already acted on, which is an
+  operator's decision to follow up.
 
 The Spark task runs ``spark-submit jobs/<name>.py`` through the ``spark_default`` connection
 (its host is the master: ``local[*]`` for one machine, ``spark://...`` or ``yarn`` for a cluster).
@@ -101,7 +105,8 @@ def quality_gate(
 
     The outcome must be this DAG run's (``--run-id``) and, given the run's ``batch_start`` (its
     data interval start), that batch's; then the task's results-asset event (docs/design.md#downstream)
-    carries what the batch committed: batch id, seq, rows published, stream time.
+    carries what the batch committed: batch id, seq, rows published, stream time, and the batch id
+    as its partition key.
     """
     pipeline = load_job(job).PIPELINE
     kind = "replay" if replay else "batch"
@@ -128,6 +133,7 @@ def quality_gate(
             found.docs,
         )
     for asset in context["task"].outlets if expected is not None else ():
+        context["outlet_events"][asset].add_partitions(found.batch_id)
         context["outlet_events"][asset].extra = {
             "pipeline": pipeline.name,
             "batch_id": found.batch_id,

@@ -97,7 +97,8 @@ def _sink(job_file: str) -> str:
 def test_the_downstream_dag_is_scheduled_on_the_alerts_asset(dagbag):
     alerts_gate = dagbag.dags["user_alerts"].get_task("quality_gate")
     downstream = dagbag.dags["user_alert_notifications"]
-    assert list(downstream.timetable.asset_condition.objects) == alerts_gate.outlets
+    assert type(downstream.timetable).__name__ == "PartitionedAssetTimetable"  # a run per batch (partition)
+    assert [downstream.timetable.asset_condition] == alerts_gate.outlets
     assert dagbag.dags["user_alerts_replay"].get_task("quality_gate").outlets == []
 
 
@@ -174,8 +175,11 @@ def _gate_context():
     from collections import defaultdict
     from types import SimpleNamespace
 
+    from airflow.sdk.definitions.asset import AssetUniqueKey
+    from airflow.sdk.execution_time.context import OutletEventAccessor
+
     asset = object()
-    events = defaultdict(lambda: SimpleNamespace(extra=None))
+    events = defaultdict(lambda: OutletEventAccessor(key=AssetUniqueKey("results", "file:///lake/results")))
     return asset, {"task": SimpleNamespace(outlets=[asset]), "outlet_events": events, "run_id": "run-2"}
 
 
@@ -203,6 +207,7 @@ def test_the_quality_gate_reports_the_outcome_its_spark_task_left_without_spark(
     with pytest.raises(FrameworkError, match=r"of batch '2026-01-01T02:00:00'"):
         quality_gate(job, warehouse, "2026-01-01T02:00:00+00:00", **context)
     quality_gate(job, warehouse, "2026-01-01T01:00:00+00:00", **context)
+    assert context["outlet_events"][asset].partition_keys == {"2026-01-01T01:00:00"}  # the interval start
     assert context["outlet_events"][asset].extra == {
         "pipeline": "user_alerts",
         "batch_id": "2026-01-01T01:00:00",
@@ -216,7 +221,7 @@ def test_the_quality_gate_reports_the_outcome_its_spark_task_left_without_spark(
     asset, context = _gate_context()
     with pytest.raises(QualityGateError, match=r"1 critical expectation\(s\) failed(.|\n)*2 of 8 rows unexpected"):
         quality_gate(job, warehouse, "2026-01-01T01:00:00+00:00", **context)
-    assert context["outlet_events"][asset].extra is None  # no event for a batch whose table failed
+    assert not context["outlet_events"][asset].extra  # no event for a batch whose table failed
 
     where.write_text(ran.to_json())
     script = (
@@ -254,7 +259,7 @@ def test_a_replay_gate_reads_the_replay_outcome_and_emits_no_asset_event(tmp_pat
     with pytest.raises(FrameworkError, match="replay 'a..b' of run 'manual-1'"):  # an earlier replay's
         quality_gate(job, warehouse, replay=True, **context)
     quality_gate(job, warehouse, replay=True, **{**context, "run_id": "manual-1"})
-    assert context["outlet_events"][asset].extra is None
+    assert not context["outlet_events"][asset].extra
     where.write_text("{not json")
     with pytest.raises(FrameworkError, match="cannot read the quality-gate outcome"):
         quality_gate(job, warehouse, replay=True, **context)

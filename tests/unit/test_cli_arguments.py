@@ -42,6 +42,7 @@ def test_every_command_has_help(command, capsys):
         (["backfill", ALERTS, "--from", "2026-01-01T00:00", "--to", "2026-01-01T01:30"], "whole number of 1:00:00"),
         (["backfill", ALERTS, "--from", "2026-01-01", "--to", "2026-01-02", "--every", "soon"], "not a duration"),
         (["status", "--warehouse", "/nonexistent/warehouse"], "does not exist"),
+        (["status", "--last", "-1"], "--last must be 0 or more"),
         (["replay", ALERTS, "--from", "2026-01-01T00:00", "--to", "2026-01-01T00:30"], "whole number of 1:00:00"),
     ],
 )
@@ -64,3 +65,47 @@ def test_describe_shows_topology_and_tables(capsys):
     out = capsys.readouterr().out
     assert "SessionWindows(gap=1800000ms, grace=300000ms)" in out
     assert "/lake/page_sessions/page_session_windows" in out
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["status", "--warehous", "/lake"], "unrecognized arguments: --warehous"),  # no abbreviations
+        (["describe", ALERTS, "--bogus"], "unrecognized arguments: --bogus"),
+        (["status", "--json", "--html", "x.html"], "not allowed with argument"),
+    ],
+)
+def test_bad_flags_exit_2_with_the_commands_own_usage(argv, says, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and says in err
+    assert err.startswith(f"usage: finalresults {argv[0]} ")
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith("finalresults ")
+
+
+def test_paths_are_checked_before_spark_starts(tmp_path, capsys):
+    """No JVM runs in tests/unit: each of these must fail before Spark would start."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    landing = tmp_path / "landing"
+    run = ["run", ALERTS, "--batch-start", "2026-01-01T00:00"]
+    cases = [
+        (
+            [*run, "--warehouse", str(tmp_path / "w"), "--landing", str(landing)],
+            f"landing table 'user_events' not found at {landing / 'user_events'}; fill it first",
+        ),
+        ([*run, "--warehouse", str(a_file / "w"), "--landing", str(landing)], f"{a_file} is a file, not a folder"),
+        (["status", "--warehouse", str(a_file)], f"{a_file} is a file, not a folder"),
+        (["validate", ALERTS, "--warehouse", str(a_file)], f"{a_file} is a file, not a folder"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("finalresults: error: ") and message in err[0], err
+    assert not (tmp_path / "w").exists()

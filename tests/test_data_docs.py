@@ -1,0 +1,91 @@
+"""Data Docs render offline: two validations (one passes, one fails) written to a warehouse's Data
+Docs, then opened from disk in headless chromium with every network request refused."""
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from framework.errors import QualityGateError
+from framework.operations import quality
+from framework.orchestration.jobs import load_job
+
+ROOT = Path(__file__).resolve().parents[1]
+PIPELINE = load_job(str(ROOT / "jobs" / "user_alerts.py")).PIPELINE
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking"]
+ARGS += ["--disable-component-update", "--disable-sync"]
+
+
+def rows(spark, user):
+    """One final row of user_alerts' results table, for ``user`` (None breaks the not-null expectation)."""
+    hour = dt.datetime(2026, 1, 1)
+    return spark.createDataFrame(
+        [(user, hour, hour + dt.timedelta(hours=1), 1, "b", hour + dt.timedelta(hours=1, minutes=11))],
+        "user_id string, window_start timestamp, window_end timestamp, events long, emitted_batch_id string, "
+        "emitted_stream_time timestamp",
+    )
+
+
+@pytest.fixture(scope="module")
+def data_docs(spark, tmp_path_factory):
+    warehouse = tmp_path_factory.mktemp("data_docs") / "warehouse"
+    quality.validate(spark, PIPELINE, rows(spark, "u1"), "2026-01-01T01:00:00", warehouse_root=str(warehouse))
+    with pytest.raises(QualityGateError):
+        quality.validate(
+            spark, PIPELINE, rows(spark, None), "2026-01-01T02:00:00", warehouse_root=str(warehouse)
+        ).raise_for_failures()
+    return warehouse / "data_docs"
+
+
+@pytest.fixture(scope="module")
+def offline_browser():
+    """A chromium page that may load files only: any other request is refused and recorded."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        context = browser.new_context()
+        refused = []
+
+        def file_only(route):
+            if route.request.url.startswith("file:"):
+                return route.continue_()
+            refused.append(route.request.url)
+            return route.abort()
+
+        context.route("**/*", file_only)
+        yield context.new_page(), refused
+        browser.close()
+
+
+def test_the_index_lists_the_validations_styled_without_network(data_docs, offline_browser):
+    page, refused = offline_browser
+    page.goto((data_docs / "index.html").as_uri())
+    listed = page.locator("#Validation-Results table tbody tr")
+    listed.first.wait_for(timeout=30_000)  # bootstrap-table builds the rows
+    assert listed.count() == 2
+    assert {listed.nth(i).locator("td").nth(2).inner_text() for i in range(2)} == {
+        "2026-01-01T01:00:00",
+        "2026-01-01T02:00:00",
+    }
+    icons = page.locator("i.ge-success-icon, i.ge-failed-icon, i.fas")
+    assert {icons.nth(i).evaluate("e => getComputedStyle(e, '::before').content") for i in range(icons.count())} >= {
+        '"✔"',
+        '"✖"',
+    }
+    assert "Segoe UI" in page.evaluate("getComputedStyle(document.body).fontFamily")  # Bootstrap's
+    assert page.locator("#Validation-Results table").first.evaluate("t => getComputedStyle(t).borderCollapse") == (
+        "collapse"
+    )
+    assert refused == []
+
+
+def test_a_validation_page_shows_what_failed_without_network(data_docs, offline_browser):
+    page, refused = offline_browser
+    [failed] = (data_docs / "validations").glob("*/2026-01-01T02:00:00/*/*.html")
+    page.goto(failed.as_uri())
+    assert "Failed" in page.locator(".alert-secondary").first.inner_text()
+    assert "expect_column_values_to_not_be_null" in page.content() or "values must never be null" in page.content()
+    assert page.locator("nav.navbar").first.evaluate("n => getComputedStyle(n).display") == "flex"  # Bootstrap 4
+    assert refused == []
