@@ -304,8 +304,8 @@ class _SlotsHeld:
 
 
 def test_maintenance_during_publication_is_retried_past(spark, warehouse, tmp_path):
-    """Table properties change on the results and bookkeeping tables after b1's publication
-    read their snapshots and before it commits: b1 committed, so publication goes on (each
+    """Table properties change on the results table after b1's publication read its snapshot
+    and before it commits: b1 committed, so publication goes on (each
     table once) instead of failing as if the batch had not committed."""
     p = pipeline("published")
     lake = f"{warehouse}/lake"
@@ -315,7 +315,7 @@ def test_maintenance_during_publication_is_retried_past(spark, warehouse, tmp_pa
     def set_properties_meanwhile():
         held.others_queued()  # publication has started its commits
         t = Runtime(other, lake, quality=False).tables(p)
-        for path in (t.output, t.metrics, t.late):
+        for path in (t.output,):
             if tables.exists(other, path):
                 other.sql(
                     f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.logRetentionDuration' = 'interval 60 days')"
@@ -335,18 +335,18 @@ def test_maintenance_during_publication_is_retried_past(spark, warehouse, tmp_pa
     assert [r.seq for r in rt.read_metrics(p).orderBy("seq").collect()] == [1, 2]
     assert sorted((r.k, r.seq) for r in rt.read_late(p).collect()) == [("A", 2), ("B", 2)]
     assert rt.read_output(p).filter("emitted_batch_id = 'b1'").count() == result.emitted >= 1
-    for path in (t.output, t.metrics):
+    for path in (t.output,):
         history = rt.spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
         assert [h.operation for h in history][-2:] == ["SET TBLPROPERTIES", "WRITE"]  # it landed in between
 
 
 def test_an_error_after_the_commit_point_says_the_batch_is_committed(spark, warehouse):
-    """b1's publication fails (a damaged metrics log) after its commit point: the error says b1
+    """b1's publication fails (a damaged results log) after its commit point: the error says b1
     is committed and will be published; once the log is repaired, the re-run publishes it."""
     p = pipeline("unpublished")
     lake = f"{warehouse}/lake"
     run(Runtime(spark, lake, quality=False), p, 0)
-    log = Path(Runtime(spark, lake).tables(p).metrics) / "_delta_log"
+    log = Path(Runtime(spark, lake).tables(p).output) / "_delta_log"
     damaged = log / f"{int(max(log.glob('*.json')).stem) + 1:020d}.json"
 
     def damage(at):
