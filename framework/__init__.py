@@ -23,6 +23,7 @@ from .errors import (
     PublicationError,
     QualityGateError,
     ReplayError,
+    SkippedIntervalError,
 )
 
 
@@ -64,5 +65,6 @@ __all__ = [
     "PublicationError",
     "BufferFullError",
     "QualityGateError",
+    "SkippedIntervalError",
     "ReplayError",
 ]

@@ -3,6 +3,7 @@ what happened, and what to do about it."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Sequence
 
 
@@ -25,6 +26,15 @@ class BatchFailedError(FrameworkError):
 
 class BatchOrderError(FrameworkError):
     """A batch was run out of order, or while an earlier attempt of another batch is unfinished."""
+
+
+class SkippedIntervalError(BatchOrderError):
+    """A job's batch does not start where the last committed batch's interval ended: the
+    records of the interval between (``missing``, start and end) would never be read."""
+
+    def __init__(self, message: str, missing: tuple[dt.datetime, dt.datetime]):
+        super().__init__(message)
+        self.missing = missing
 
 
 class FingerprintMismatchError(FrameworkError):

@@ -59,9 +59,10 @@ from ..errors import (
     FingerprintMismatchError,
     FrameworkError,
     PublicationError,
+    SkippedIntervalError,
 )
 from ..execution.sources import BatchInput, check_drift, read_batch, rejected_records
-from ..execution.streamtime import to_datetime
+from ..execution.streamtime import to_datetime, to_epoch_millis
 from ..storage import bookkeeping as kept_late
 from ..storage import files, ledger, metrics, sinks, state, tables, upgrade, writes
 from ..storage.ledger import LedgerRow, Status
@@ -126,13 +127,25 @@ class BatchAttempt:
         self.last: LedgerRow | None = None  # the last committed batch
         self.seq = 0  # this batch's, once the ledger is read
         self.committed = False  # whether its commit point landed: from then on, errors say so
+        self.interval: tuple[dt.datetime, dt.datetime | None] | None = None  # a job's data interval
+        self.allow_gap = False
 
     @property
     def staging(self) -> str:
         return f"{self.t.staging}/{self.seq}-{self.attempt}"
 
-    def run(self, input_df: DataFrame, batch_end: dt.datetime | None = None) -> BatchResult:
-        """Run the protocol; a Spark error becomes a ``BatchFailedError`` naming its step."""
+    def run(
+        self,
+        input_df: DataFrame,
+        batch_end: dt.datetime | None = None,
+        batch_start: dt.datetime | None = None,
+        allow_gap: bool = False,
+    ) -> BatchResult:
+        """Run the protocol; a Spark error becomes a ``BatchFailedError`` naming its step.
+        ``batch_start`` (with ``batch_end``: a job's data interval) is recorded, and refused
+        unless it is where the last committed batch's interval ended, or ``allow_gap``."""
+        self.interval = (batch_start, batch_end) if batch_start is not None else None
+        self.allow_gap = allow_gap
         try:
             return self._run(input_df, batch_end)
         except (Py4JJavaError, PySparkException) as e:
@@ -244,6 +257,28 @@ class BatchAttempt:
                 "State cannot be reinterpreted; create a pipeline with a new name."
             )
         self._check_unfinished(pending)
+        self._check_interval()
+
+    def _check_interval(self) -> None:
+        """Refuse a job's batch whose interval does not start where the last committed batch's
+        ended: the records of the interval between would never be read."""
+        last, interval = self.last, self.interval
+        if last is None or last.interval_end is None or interval is None or self.allow_gap:
+            return
+        start = to_epoch_millis(interval[0])
+        if start == last.interval_end:
+            return
+        ended = to_datetime(last.interval_end)
+        assert ended is not None  # interval_end is set
+        missing = (ended, interval[0])
+        raise SkippedIntervalError(
+            f"{self.steps.where}: the interval [{missing[0]}, {missing[1]}) was never run: the last committed batch "
+            f"{last.batch_id!r} (seq {last.seq}) ended at {missing[0]} and this batch starts at {missing[1]}, so the "
+            "records that arrived in between would be skipped. Nothing was written. Run that interval first "
+            f"(finalresults backfill <job> --from {missing[0].isoformat()} --to {missing[1].isoformat()}), then this "
+            "batch; or, if the gap is intended, run this batch with --allow-gap.",
+            missing,
+        )
 
     def _check_unfinished(self, pending: list[str]) -> None:
         """Refuse to run a batch while an attempt of an earlier batch id at the same sequence
@@ -374,6 +409,8 @@ class BatchAttempt:
             output_base=tables.latest_version(self.s.spark, self.t.output) if self.p.suppression is None else None,
             metrics=json.dumps({k: v for k, v in values.items() if k != "stream_time"}),
             late_schema=late.schema.simpleString() if late is not None else None,
+            interval_start=to_epoch_millis(self.interval[0]) if self.interval and self.interval[0] else None,
+            interval_end=to_epoch_millis(self.interval[1]) if self.interval and self.interval[1] else None,
         )
         bookkeeping = ledger.to_frame(self.s.spark, [commit])
         if late is not None:

@@ -150,17 +150,26 @@ class Runtime:
 
     # ---- running ---------------------------------------------------------------------------
     def run_batch(
-        self, pipeline: Pipeline, batch_id: str, input_df: DataFrame, batch_end: dt.datetime | None = None
+        self,
+        pipeline: Pipeline,
+        batch_id: str,
+        input_df: DataFrame,
+        batch_end: dt.datetime | None = None,
+        batch_start: dt.datetime | None = None,
+        allow_gap: bool = False,
     ) -> BatchResult:
         """Apply one batch of records to ``pipeline``, exactly once (the protocol: ``attempt``).
 
         ``batch_end`` is the orchestrator's interval end; with ``idle_advance`` set on the
-        pipeline, stream time advances to at least ``batch_end - idle_advance``.
+        pipeline, stream time advances to at least ``batch_end - idle_advance``. A batch given
+        its interval's ``batch_start`` too (jobs do) is recorded with it, and refused with a
+        ``SkippedIntervalError`` unless it starts where the last committed batch with an
+        interval ended (``allow_gap``: the gap is intended).
         """
         p = pipeline.check_complete()
         attempt = BatchAttempt(self.settings, p, batch_id, self.tables(p), self._ledgers)
         self.register(p)  # a catalog name taken by another table stops the batch before it runs
-        result = attempt.run(input_df, batch_end)
+        result = attempt.run(input_df, batch_end, batch_start, allow_gap)
         if result.status == ledger.Status.COMMITTED.value:
             self._maintain(p, result.batch_id, result.seq)
         self.register(p)

@@ -257,6 +257,9 @@ def pipeline_dag(
         tags=["finalresults"],
         description=(job.__doc__ or pipeline.name).strip().splitlines()[0],
         doc_md=f"```\n{pipeline.describe()}\n```",
+        # true for a run that may start after a gap (a run marked successful without running, a
+        # later interval triggered first): its batch skips the records of the interval between
+        params={"allow_gap": False},
     ) as dag:
         batch = _submit(
             "spark_batch",
@@ -272,6 +275,8 @@ def pipeline_dag(
                 "--landing",
                 landing,
                 *registered,
+                "--allow-gap",
+                "{{ params.allow_gap }}",
                 "--run-id",
                 RUN_ID,
             ],

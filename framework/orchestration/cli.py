@@ -138,6 +138,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 args.warehouse,
                 args.landing,
                 args.catalog,
+                args.allow_gap,
             )
         )
     )
@@ -296,6 +297,11 @@ def parser() -> argparse.ArgumentParser:
     run = command("run", cmd_run, "Run one batch: the records that arrived in [--batch-start, --batch-end).", data=True)
     run.add_argument("--batch-start", required=True, help="interval start, ISO timestamp (UTC if naive)")
     run.add_argument("--batch-end", help="interval end, exclusive (default: start + the job's SCHEDULE)")
+    run.add_argument(
+        "--allow-gap",
+        action="store_true",
+        help="run the batch although it does not start where the last committed interval ended",
+    )
     backfill = command("backfill", cmd_backfill, "Run consecutive intervals in order, from --from to --to.", data=True)
     for batches in (run, backfill):
         batches.add_argument(

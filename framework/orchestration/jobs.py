@@ -154,14 +154,18 @@ def run_interval(
     warehouse: str,
     landing: str,
     catalog: str | None = None,
+    allow_gap: bool = False,
 ) -> BatchResult:
     """Run the batch of ``pipeline`` for the data interval ``[start, end)`` of landing ``table``
-    (its tables kept in catalog schema ``catalog`` too, if given)."""
+    (its tables kept in catalog schema ``catalog`` too, if given); it must start where the last
+    committed interval ended unless ``allow_gap``."""
     from ..operations.runtime import Runtime
 
     check_interval(pipeline, start, end)
     records = read_landing(spark, landing, table, start, end)
-    return Runtime(spark, warehouse, catalog=catalog).run_batch(pipeline, batch_id(start), records, batch_end=end)
+    return Runtime(spark, warehouse, catalog=catalog).run_batch(
+        pipeline, batch_id(start), records, batch_end=end, batch_start=start, allow_gap=allow_gap
+    )
 
 
 def replay_intervals(
@@ -248,6 +252,14 @@ def _arguments(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--catalog", help="also keep the pipeline's tables in this catalog schema")
     parser.add_argument("--metastore", help="folder of an embedded metastore for --catalog (one machine only)")
     parser.add_argument("--run-id", help="the Airflow run whose quality gate reads this run's validation outcome")
+    parser.add_argument(
+        "--allow-gap",
+        nargs="?",
+        const="true",
+        default="false",
+        help="run the batch although it does not start where the last committed interval ended "
+        "(the records between are skipped on purpose); a DAG passes its param allow_gap",
+    )
     return parser
 
 
@@ -274,7 +286,8 @@ def main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> int:
             raise JobError("--batch-end is required (unless --replay)")
         check_interval(pipeline, start, end)
         spark = spark_session(f"finalresults-{pipeline.name}", metastore=args.metastore)
-        ran = run_interval(spark, pipeline, table, start, end, args.warehouse, args.landing, args.catalog)
+        allow_gap = args.allow_gap.strip().lower() in ("true", "1", "yes")
+        ran = run_interval(spark, pipeline, table, start, end, args.warehouse, args.landing, args.catalog, allow_gap)
         print(summary(ran))
         print(gate_summary(after_run(spark, pipeline, args.warehouse, ran, args.run_id)))
         return 0

@@ -65,6 +65,8 @@ class LedgerRow:
     output_base: int | None = None  # a MERGEd sink's version before the batch (a replay restores it)
     metrics: str | None = None  # the batch's metrics as JSON (stream_time aside)
     late_schema: str | None = None  # the DDL of the batch's late records (kept as JSON, ``LATE_BUCKET``)
+    interval_start: int | None = None  # a job's batch: its data interval [start, end), epoch ms
+    interval_end: int | None = None
 
     @classmethod
     def of(cls, row: Row) -> LedgerRow:

@@ -81,7 +81,8 @@ def test_spark_submit_then_quality_gate(dagbag, dag_id):
         "--batch-end",
         "{{ data_interval_end.isoformat() }}",
     ]
-    assert args[4::2] == ["--warehouse", "--landing", "--run-id"] and args[-1] == "{{ run_id }}"
+    assert args[4::2] == ["--warehouse", "--landing", "--allow-gap", "--run-id"] and args[-1] == "{{ run_id }}"
+    assert args[-3] == "{{ params.allow_gap }}" and dag.params["allow_gap"] is False
     # the gate's outlet is the results table's asset; its event names the run's batch (docs/design.md#downstream)
     sink = dagbag.dags[dag_id].get_task("spark_batch")  # same job module as the gate
     assert [a.uri for a in gate.outlets] == [f"file://{args[5]}/{dag_id}/{_sink(sink.application)}"]
