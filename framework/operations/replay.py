@@ -56,11 +56,13 @@ from .steps import Steps
 
 @dataclass(frozen=True)
 class ReplayBatch:
-    """One batch of a replayed range: its id, its (corrected) input and the interval end."""
+    """One batch of a replayed range: its id, its (corrected) input and the interval (a job's
+    batches: recorded in the ledger as a first run records it)."""
 
     batch_id: str
     input_df: DataFrame
     batch_end: dt.datetime | None = None
+    batch_start: dt.datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,10 @@ def replay(
     committing = False
     try:
         _seed(spark, staged.state, t.state, first, before)
-        results = tuple(BatchAttempt(s, p, b.batch_id, staged, ledgers).run(b.input_df, b.batch_end) for b in todo)
+        results = tuple(
+            BatchAttempt(s, p, b.batch_id, staged, ledgers).run(b.input_df, b.batch_end, b.batch_start, allow_gap=True)
+            for b in todo
+        )
         if [r.seq for r in results] != [r.seq for r in range_rows]:
             raise ReplayError(
                 f"{where}: replayed sequence numbers {[r.seq for r in results]} differ from the "

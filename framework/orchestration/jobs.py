@@ -203,7 +203,7 @@ def replay_intervals(
         stop = parse_time(last.batch_id, "the last committed batch id") + every
     todo = intervals(start, stop, every)
     return rt.replay(
-        pipeline, [ReplayBatch(batch_id(s), read_landing(spark, landing, table, s, e), e) for s, e in todo]
+        pipeline, [ReplayBatch(batch_id(s), read_landing(spark, landing, table, s, e), e, s) for s, e in todo]
     )
 
 
