@@ -21,7 +21,7 @@ from framework import (
     TimeWindows,
     agg,
 )
-from framework.operations.status import pipeline_status
+from framework.operations import status
 
 
 def pipeline(name):
@@ -238,7 +238,7 @@ def test_quarantined_records_are_rejected_after_the_commit_point_and_the_batch_g
     assert json.loads(rejected[0].record) == {"seq": 1, "k": "A", "v": 10, "ts": None}
     metrics = rt.read_metrics(p).collect()
     assert [(m.records_in, m.rejected_records_total) for m in metrics] == [(8, 5)]
-    assert "(5 rejected)" in pipeline_status(spark, p.name, rt.tables(p).root)
+    assert status.read(spark, warehouse, p.name).batches[-1]["rejected_records_total"] == 5
     with pytest.raises(InputError, match=r"'quarantined'.*'b1'.*no column 'v'"):  # whole-batch checks refuse
         rt.run_batch(p, "b1", frame(spark, [("A", 40, 1)], 8).drop("v"))
 
@@ -252,7 +252,7 @@ def test_a_refused_first_batch_leaves_nothing_and_changes_nothing(spark, warehou
     root = rt.tables(p).root
     assert not os.path.exists(root)
     assert_nothing_committed(rt, p)
-    assert "no batch committed yet" in pipeline_status(spark, p.name, root)
+    assert "no batch has run yet" in status.text(status.read(spark, warehouse, p.name))
     other = (
         Pipeline("fresh", timestamp="ts", arrival="seq")
         .group_by("k")
