@@ -2,7 +2,8 @@
 recorded, the page stands alone, and long commands report progress and end with a summary.
 
 One warehouse for the module: ``user_alerts`` backfilled over three hours then replayed over its last
-two, and ``quiet``, whose only batch failed (a ledger, no batch).
+two, and ``quiet``, whose only batch was refused: it wrote nothing, so only ``status`` naming its
+job reports it.
 """
 
 import contextlib
@@ -12,13 +13,12 @@ import json
 import re
 import sys
 import xml.etree.ElementTree as ET
-from datetime import timedelta as td
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from framework import BufferConfig, InputError, Pipeline, Runtime, Suppressed, TimeWindows, agg
+from framework import InputError, Runtime
 from framework.operations.statuspage import CHARTS
 from framework.orchestration.cli import main
 from framework.orchestration.jobs import load_job
@@ -27,7 +27,12 @@ from framework.storage.metrics import KIP_NAMES
 ROOT = Path(__file__).resolve().parents[1]
 ALERTS = str(ROOT / "jobs" / "user_alerts.py")
 START, END = dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 1, 3)
-QUIET = (
+QUIET_JOB = """
+from datetime import timedelta as td
+from framework import BufferConfig, Pipeline, Suppressed, TimeWindows, agg
+
+LANDING = "quiet_events"
+PIPELINE = (
     Pipeline("quiet", timestamp="ts")
     .group_by("k")
     .windowed_by(TimeWindows.of_size_and_grace(td(hours=1), td(0)))
@@ -35,6 +40,7 @@ QUIET = (
     .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
     .to("quiet_out")
 )
+"""
 PROGRESS = re.compile(
     r"finalresults: (backfill|replay) user_alerts: (\d+)/(\d+) intervals, (?:\d+ min )?\d+ s elapsed"
     r"(, about (?:\d+ min )?\d+ s left)?"
@@ -59,10 +65,15 @@ def lake(spark, tmp_path_factory):
     paths = ["--warehouse", warehouse, "--landing", landing]
     backfill = _run(["backfill", ALERTS, "--from", START.isoformat(), "--to", END.isoformat(), *paths])
     replay = _run(["replay", ALERTS, "--from", "2026-01-01T01:00", *paths])
-    with pytest.raises(InputError):  # reads (so creates) the ledger, then refuses the input
-        Runtime(spark, warehouse).run_batch(QUIET, "b0", spark.createDataFrame([("a",)], "k string"))
+    quiet = root / "quiet.py"
+    quiet.write_text(QUIET_JOB, encoding="utf-8")
+    with pytest.raises(InputError):
+        Runtime(spark, warehouse).run_batch(
+            load_job(str(quiet)).PIPELINE, "b0", spark.createDataFrame([("a",)], "k string")
+        )
+    assert not (Path(warehouse) / "quiet").exists()  # refused before anything was written
     html = root / "status.html"
-    status = _run(["status", "--warehouse", warehouse, "--html", str(html)])
+    status = _run(["status", ALERTS, str(quiet), "--warehouse", warehouse, "--html", str(html)])
     metrics = Runtime(spark, warehouse).read_metrics(load_job(ALERTS).PIPELINE).orderBy("seq").collect()
     audits = spark.read.format("delta").load(f"{warehouse}/quality_results").filter("batch_id is not null")
     return SimpleNamespace(
@@ -112,7 +123,7 @@ def test_page_has_a_section_per_pipeline_and_says_when_there_is_nothing_to_chart
     sections = _sections(lake.page)
     assert set(sections) == {"quiet", "user_alerts"}
     quiet = sections["quiet"]
-    assert "no batch committed yet" in quiet.find("pre").text
+    assert "no batch has run yet" in quiet.find("pre").text
     assert "nothing to chart" in " ".join("".join(p.itertext()) for p in quiet.iter("p"))
     assert not list(quiet.iter("svg"))
     alerts = sections["user_alerts"]

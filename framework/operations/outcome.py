@@ -13,10 +13,14 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from ..definition.names import GATE
 from ..errors import FrameworkError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 KINDS = ("batch", "replay")
 
@@ -74,6 +78,15 @@ def read(warehouse: str, pipeline: str, kind: str) -> Outcome | None:
             "it without Spark: a local path, or an s3/s3a, gs or abfs URI with the worker's own credentials "
             "(docs/design.md#dags)."
         ) from e
+
+
+def read_in_job(spark: SparkSession, warehouse: str, pipeline: str, kind: str) -> Outcome | None:
+    """The outcome the last run of ``kind`` left, read as a job writes it: through Spark's Hadoop
+    file system, whose object-store settings (endpoint, credentials) the worker may not have."""
+    from ..storage import files
+
+    text = files.get_text(spark, location(warehouse, pipeline, kind))
+    return Outcome.from_json(text) if text else None
 
 
 def read_text(where: str) -> str | None:

@@ -145,7 +145,7 @@ def read(spark: SparkSession, warehouse: str, name: str) -> PipelineStatus:
     committed = [r["batch_id"] for r in rows]
     gates = _audits(spark, warehouse, name, committed, last.at if last else None)
     failed = [(b, g) for b, g in gates.items() if b not in committed and not g.passed]
-    validation = outcome.read(warehouse, name, "batch")
+    validation = outcome.read_in_job(spark, warehouse, name, "batch")
     return PipelineStatus(
         name,
         root,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..definition.pipeline import Pipeline
 from ..errors import FrameworkError
-from .outcome import KINDS, Outcome, location
+from .outcome import KINDS, Outcome, location, read_in_job
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,7 +64,7 @@ def after_run(
     else:
         kind, batch, seq, stream_time = "batch", run.batch_id, run.seq, run.stream_time
     version = tables.latest_version(spark, Runtime(spark, warehouse).tables(p).output)
-    earlier = [found for k in KINDS if (found := _left(spark, warehouse, p.name, k)) is not None]
+    earlier = [found for k in KINDS if (found := read_in_job(spark, warehouse, p.name, k)) is not None]
     unchanged = any(e.success and e.table_version == version for e in earlier)
     report = None if version is None or unchanged else validate_results(spark, p, warehouse)
     found = Outcome(
@@ -84,11 +84,3 @@ def after_run(
     files.put_text(spark, location(warehouse, p.name, kind), found.to_json())
     status.save(spark, warehouse, p.name)
     return found
-
-
-def _left(spark: SparkSession, warehouse: str, pipeline: str, kind: str) -> Outcome | None:
-    """The outcome the last run of ``kind`` left (read as the job writes it: through Hadoop)."""
-    from ..storage import files
-
-    text = files.get_text(spark, location(warehouse, pipeline, kind))
-    return Outcome.from_json(text) if text else None
