@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from ..errors import DefinitionError
 from .names import identifier
-from .windows import to_millis
+from .windows import duration_text, to_millis
 
 
 @dataclass(frozen=True)
@@ -138,5 +138,5 @@ class Suppressed:
         return replace(self, name=identifier(name, "Suppressed name"))
 
     def describe(self) -> str:
-        limit = f", limit={self.time_limit_ms}ms" if self.mode == "until_time_limit" else ""
+        limit = f", limit={duration_text(self.time_limit_ms)}" if self.mode == "until_time_limit" else ""
         return f"Suppressed.{self.mode}({self.buffer.describe()}{limit})"

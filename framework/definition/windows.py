@@ -34,10 +34,29 @@ def to_millis(d: timedelta | int, what: str) -> int:
     return ms
 
 
+def duration_text(ms: int) -> str:
+    """A duration as a person reads it: ``1h``, ``1h30min``, ``45s``, ``250ms``, ``0s``."""
+    parts = []
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000), ("ms", 1)):
+        count, ms = divmod(ms, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"
+
+
 class _Closing(ABC):
     """The close rule every window type shares: a window closes a fixed time after its end, so
     the engine, rate limiting and quality checks compute it one way (the offset differs per
     type, as windows' ends are exclusive or inclusive)."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """The windows as a person reads them (``Pipeline.describe``)."""
+
+    @abstractmethod
+    def spec(self) -> str:
+        """The windows' parameters as a batch's ledger row records them (``definition``): never
+        reworded, as a changed text is a changed definition, which a pipeline refuses."""
 
     @abstractmethod
     def close_after_end_ms(self) -> int:
@@ -86,6 +105,10 @@ class TimeWindows(_Closing):
         return self.close(self.size_ms)
 
     def describe(self) -> str:
+        shape = "tumbling" if self.advance_ms == self.size_ms else f"hopping advance={duration_text(self.advance_ms)}"
+        return f"TimeWindows({shape}, size={duration_text(self.size_ms)}, grace={duration_text(self.grace_ms)})"
+
+    def spec(self) -> str:
         shape = "tumbling" if self.advance_ms == self.size_ms else f"hopping advance={self.advance_ms}ms"
         return f"TimeWindows({shape}, size={self.size_ms}ms, grace={self.grace_ms}ms)"
 
@@ -128,6 +151,9 @@ class SlidingWindows(_Closing):
         return 3 * self.size_ms + self.grace_ms
 
     def describe(self) -> str:
+        return f"SlidingWindows(size={duration_text(self.size_ms)}, grace={duration_text(self.grace_ms)})"
+
+    def spec(self) -> str:
         return f"SlidingWindows(size={self.size_ms}ms, grace={self.grace_ms}ms)"
 
 
@@ -154,6 +180,9 @@ class SessionWindows(_Closing):
         return 1 + self.gap_ms + self.grace_ms
 
     def describe(self) -> str:
+        return f"SessionWindows(gap={duration_text(self.gap_ms)}, grace={duration_text(self.grace_ms)})"
+
+    def spec(self) -> str:
         return f"SessionWindows(gap={self.gap_ms}ms, grace={self.grace_ms}ms)"
 
 

@@ -49,7 +49,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..definition.columns import GONE, REJECTED_BUCKET, STREAM_BEFORE, TS
+from ..definition.columns import GONE, LATE_BUCKET, REJECTED_BUCKET, STREAM_BEFORE, TS
 from ..definition.pipeline import Pipeline
 from ..errors import (
     BatchFailedError,
@@ -63,8 +63,7 @@ from ..errors import (
 )
 from ..execution.sources import BatchInput, check_drift, read_batch, rejected_records
 from ..execution.streamtime import to_datetime, to_epoch_millis
-from ..storage import bookkeeping as kept_late
-from ..storage import files, ledger, metrics, sinks, state, tables, upgrade, writes
+from ..storage import entries, files, ledger, metrics, sinks, state, tables, upgrade, writes
 from ..storage.ledger import LedgerRow, Status
 from .planning import Kept, Plan, batch_metrics, definition, plan
 from .publication import PUBLICATION, finish
@@ -414,10 +413,10 @@ class BatchAttempt:
         )
         bookkeeping = ledger.to_frame(self.s.spark, [commit])
         if late is not None:
-            bookkeeping = bookkeeping.unionByName(kept_late.frame(late, self.seq))
+            bookkeeping = bookkeeping.unionByName(entries.to_rows(late, self.seq, LATE_BUCKET))
         rejected = rejected_records(inp, self.batch_id, self.seq)
         if rejected is not None:
-            bookkeeping = bookkeeping.unionByName(kept_late.frame(rejected, self.seq, REJECTED_BUCKET))
+            bookkeeping = bookkeeping.unionByName(entries.to_rows(rejected, self.seq, REJECTED_BUCKET))
         self._write_point("commit_point", lambda: self._commit_point(commit, planned, bookkeeping, kept))
         return commit
 

@@ -60,7 +60,7 @@ class Kept:
 
 def definition(p: Pipeline) -> str:
     """The parts of a pipeline that state depends on; changing them needs a new pipeline."""
-    w = p.windows.describe() if p.windows is not None else "none"
+    w = p.windows.spec() if p.windows is not None else "none"
     if isinstance(p.windows, SlidingWindows):  # state holds Kafka's windows (earlier versions kept records)
         w += " holding windows"
     return f"keys={list(p.keys)}; windows={w}; aggregates={[a.describe() for a in p.aggregates]}"

@@ -106,7 +106,9 @@ class Runtime:
         if self.catalog is None:
             return []
         try:
-            names = tables_catalog.register(self.spark, self.catalog, p, self.tables(p), skip=self._registered)
+            t = self.tables(p)
+            late = self._ledgers.late_schema(t.state)
+            names = tables_catalog.register(self.spark, self.catalog, p, t, skip=self._registered, late_schema=late)
         except (Py4JJavaError, PySparkException) as e:
             raise FrameworkError(
                 f"pipeline {p.name!r}: registering its tables in catalog schema {self.catalog!r} failed: "

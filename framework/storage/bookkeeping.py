@@ -18,8 +18,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..definition.columns import BUCKET, ENTRY, LATE_BUCKET, REJECTED_BUCKET, SEQ
-from . import ledger, metrics, tables
+from ..definition.columns import LATE_BUCKET, REJECTED_BUCKET
+from . import entries, ledger, metrics, tables
 
 
 def _tables(root: str) -> tables.Tables:
@@ -82,8 +82,7 @@ def read_late(spark: SparkSession, root: str) -> DataFrame | None:
     schema = late_schema(state)
     if schema is None:
         return None
-    late = state.filter(F.col(BUCKET) == LATE_BUCKET)
-    return late.select(F.from_json(ENTRY, schema).alias("r")).select("r.*")
+    return entries.read(state, LATE_BUCKET, schema)
 
 
 REJECTED_SCHEMA = "reason string, batch_id string, seq long, record string"
@@ -95,8 +94,7 @@ def read_rejected(spark: SparkSession, root: str) -> DataFrame | None:
     state = _state(spark, root)
     if state is None:
         return None
-    rows = state.filter(F.col(BUCKET) == REJECTED_BUCKET)
-    return rows.select(F.from_json(ENTRY, REJECTED_SCHEMA).alias("r")).select("r.*")
+    return entries.read(state, REJECTED_BUCKET, REJECTED_SCHEMA)
 
 
 def late_schema(state: DataFrame) -> str | None:
@@ -104,13 +102,3 @@ def late_schema(state: DataFrame) -> str | None:
     its last ledger row with late records recorded it; None if none has."""
     found = ledger.frame(state).filter(F.col("late_schema").isNotNull()).orderBy(F.desc("seq")).limit(1).collect()
     return found[0]["late_schema"] if found else None
-
-
-def frame(late: DataFrame, seq: int | Column, bucket: int = LATE_BUCKET) -> DataFrame:
-    """Late records of batch ``seq`` (or each of the batch in column ``seq``) as ``_state`` rows
-    (``bucket``, ``SEQ``, the record as JSON); with ``REJECTED_BUCKET``, rejected records."""
-    return late.select(
-        F.lit(bucket).cast("long").alias(BUCKET),
-        (F.lit(seq) if isinstance(seq, int) else seq).cast("long").alias(SEQ),
-        F.to_json(F.struct(*[F.col(c) for c in late.columns])).alias(ENTRY),
-    )

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING, Collection
+from typing import TYPE_CHECKING, Callable, Collection
 from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
 
 from ..definition.columns import BUCKET, ENTRY, LATE_BUCKET, LEDGER_BUCKET, REJECTED_BUCKET, SEQ
 from ..errors import FrameworkError
-from . import bookkeeping, files, ledger, locks, metrics, tables
+from . import bookkeeping, entries, files, ledger, locks, metrics, tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -55,28 +55,18 @@ def table_names(p: Pipeline, layout: tables.Tables) -> list[tuple[str, str]]:
     return named
 
 
-def view_queries(
-    spark: SparkSession, schema: str, p: Pipeline, layout: tables.Tables, late: bool = True
-) -> list[tuple[str, str]]:
+def view_queries(schema: str, p: Pipeline, late_schema: str | None) -> list[tuple[str, str]]:
     """(view name, query) of each view over ``p``'s ``_state`` table registered in ``schema``;
-    the late records' once a batch kept one (``late``: look for it, reading the ledger)."""
+    the late records' once a batch kept one (``late_schema``: theirs, as the ledger records it)."""
     state, ledger_view = f"`{schema}`.`{p.name}_state`", f"`{schema}`.`{p.name}_ledger`"
     metrics_columns = ", ".join(
         "timestamp_millis(stream_time) AS stream_time" if name == "stream_time" else f"m.{name}"
         for name, _ in metrics.COLUMNS
     )
     views = [
-        (
-            f"{p.name}_rejected_records",
-            f"SELECT r.* FROM (SELECT from_json({ENTRY}, '{bookkeeping.REJECTED_SCHEMA}') AS r FROM {state} "
-            f"WHERE {BUCKET} = {REJECTED_BUCKET})",
-        ),
+        (f"{p.name}_rejected_records", entries.query(state, REJECTED_BUCKET, bookkeeping.REJECTED_SCHEMA)),
         (f"{p.name}_window_state", f"SELECT * EXCEPT ({SEQ}, {ENTRY}) FROM {state} WHERE {BUCKET} >= 0"),
-        (
-            f"{p.name}_ledger",
-            f"SELECT r.* FROM (SELECT from_json({ENTRY}, '{ledger.LEDGER_SCHEMA}') AS r FROM {state} "
-            f"WHERE {BUCKET} = {LEDGER_BUCKET})",
-        ),
+        (f"{p.name}_ledger", entries.query(state, LEDGER_BUCKET, ledger.LEDGER_SCHEMA)),
         (
             f"{p.name}_metrics",
             f"SELECT '{p.name}' AS pipeline, batch_id, seq, {metrics_columns} FROM (SELECT batch_id, seq, "
@@ -84,25 +74,25 @@ def view_queries(
             "WHERE status = 'committed')",
         ),
     ]
-    schema_of_late = bookkeeping.late_schema(tables.read(spark, layout.state)) if late else None
-    if schema_of_late is not None:
-        views.append(
-            (
-                f"{p.name}_late_records",
-                f"SELECT r.* FROM (SELECT from_json({ENTRY}, '{schema_of_late}') AS r FROM {state} "
-                f"WHERE {BUCKET} = {LATE_BUCKET})",
-            )
-        )
+    if late_schema is not None:
+        views.append((f"{p.name}_late_records", entries.query(state, LATE_BUCKET, late_schema)))
     return views
 
 
 def register(
-    spark: SparkSession, schema: str, p: Pipeline, layout: tables.Tables, skip: Collection[str] = ()
+    spark: SparkSession,
+    schema: str,
+    p: Pipeline,
+    layout: tables.Tables,
+    skip: Collection[str] = (),
+    late_schema: Callable[[], str | None] | None = None,
 ) -> list[str]:
     """Register the tables of ``p`` that exist as external tables of ``schema``, and the views
     over its ``_state``; the names (``schema.name``) registered now or before. Names in
     ``skip`` are known to be registered; any other name the schema holds for another location
-    is refused (FrameworkError)."""
+    is refused (FrameworkError). ``late_schema`` gives the late records' schema (a caller that
+    knows the ledger's rows); by default it is read from the ledger, while their view is not
+    registered."""
     todo = [(name, path) for name, path in table_names(p, layout) if f"{schema}.{name}" not in skip]
     if todo:
         spark.sql(f"CREATE SCHEMA IF NOT EXISTS `{check_schema(schema)}`")
@@ -118,8 +108,10 @@ def register(
         registered.append(f"{schema}.{name}")
     if f"{schema}.{p.name}_state" not in (*skip, *registered):
         return registered
-    late = f"{schema}.{p.name}_late_records" not in skip
-    for name, query in view_queries(spark, schema, p, layout, late):
+    late = None
+    if f"{schema}.{p.name}_late_records" not in skip:
+        late = late_schema() if late_schema else bookkeeping.late_schema(tables.read(spark, layout.state))
+    for name, query in view_queries(schema, p, late):
         if f"{schema}.{name}" in skip:
             registered.append(f"{schema}.{name}")
             continue

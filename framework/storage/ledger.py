@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 
 from ..definition.columns import BUCKET, ENTRY, LEDGER_BUCKET, SEQ
 from ..execution.streamtime import to_datetime
-from . import tables
+from . import entries, tables
 from .writes import LEDGER_APP, history_since, version_of
 
 
@@ -120,8 +120,7 @@ def to_frame(spark: SparkSession, rows: list[LedgerRow]) -> DataFrame:
 
 def frame(state: DataFrame) -> DataFrame:
     """The ledger rows of a ``_state`` table, with ``LedgerRow``'s columns."""
-    rows = state.filter(F.col(BUCKET) == LEDGER_BUCKET)
-    return rows.select(F.from_json(ENTRY, LEDGER_SCHEMA).alias("r")).select("r.*")
+    return entries.read(state, LEDGER_BUCKET, LEDGER_SCHEMA)
 
 
 def rows_at(spark: SparkSession, path: str, version: int) -> list[LedgerRow]:
@@ -178,7 +177,17 @@ class Ledgers:
         if known is not None and known[0][:2] == current:
             return known
         seen = ledger_head(self.spark, path)
-        return seen, rows_at(self.spark, path, seen[1])
+        self._known[path] = (seen, rows_at(self.spark, path, seen[1]))
+        return self._known[path]
+
+    def late_schema(self, path: str) -> Callable[[], str | None] | None:
+        """The late records' schema as the ledger rows known at ``path`` record it (the last
+        row that has one), without reading; None if this runtime read no rows there."""
+        known = self._known.get(path)
+        if known is None:
+            return None
+        rows = known[1]
+        return lambda: next((r.late_schema for r in sorted(rows, key=lambda r: -r.seq) if r.late_schema), None)
 
     def appended(self, path: str, seen: tuple[str, int, int], rows: list[LedgerRow], row: LedgerRow, made: int) -> None:
         """Remember that commit ``made`` appended ``row`` to the ledger read as ``seen``, ``rows``."""

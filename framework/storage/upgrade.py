@@ -24,9 +24,9 @@ import logging
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..definition.columns import BUCKET
+from ..definition.columns import BUCKET, LATE_BUCKET
 from ..errors import FrameworkError
-from . import bookkeeping, files, ledger, tables, writes
+from . import entries, files, ledger, tables, writes
 
 log = logging.getLogger("framework.upgrade")
 
@@ -63,7 +63,7 @@ def upgrade(spark: SparkSession, name: str, t: tables.Tables) -> bool:
     ]
     data = ledger.to_frame(spark, upgraded)
     if late is not None:
-        data = data.unionByName(bookkeeping.frame(late, F.col("seq")), allowMissingColumns=True)
+        data = data.unionByName(entries.to_rows(late, F.col("seq"), LATE_BUCKET), allowMissingColumns=True)
     if last is not None and last.state_version is not None:
         path = t.legacy("window_state")
         windows = tables.read(spark, path, writes.same_rows(spark, path, last.state_version))

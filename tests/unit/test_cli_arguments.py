@@ -63,8 +63,39 @@ def test_missing_arguments_exit_2(capsys):
 def test_describe_shows_topology_and_tables(capsys):
     assert main(["describe", "jobs.page_sessions", "--warehouse", "/lake"]) == 0
     out = capsys.readouterr().out
-    assert "SessionWindows(gap=1800000ms, grace=300000ms)" in out
+    assert "SessionWindows(gap=30min, grace=5min)" in out
     assert "/lake/page_sessions/page_session_windows" in out
+
+
+def test_durations_read_as_a_person_reads_them_but_the_recorded_definition_keeps_its_text():
+    """``describe`` words durations for people; the definition a ledger row records (and a
+    later batch compares) keeps the text earlier versions recorded, or every pipeline would
+    refuse its next batch as a changed definition."""
+    from datetime import timedelta as td
+
+    from framework import BufferConfig, Pipeline, SlidingWindows, Suppressed, TimeWindows, agg
+    from framework.definition.windows import duration_text
+    from framework.operations.planning import definition
+
+    assert [duration_text(ms) for ms in (0, 250, 45_000, 5_400_000, 90_061_001)] == [
+        "0s",
+        "250ms",
+        "45s",
+        "1h30min",
+        "1d1h1min1s1ms",
+    ]
+
+    def counting(windows):
+        return Pipeline("p", timestamp="ts").group_by("k").windowed_by(windows).aggregate(agg.count("n"))
+
+    hopping = counting(TimeWindows.of_size_and_grace(td(hours=1), td(0)).advance_by(td(minutes=15)))
+    assert "TimeWindows(hopping advance=15min, size=1h, grace=0s)" in hopping.describe()
+    assert "windows=TimeWindows(hopping advance=900000ms, size=3600000ms, grace=0ms);" in definition(hopping)
+    sliding = counting(SlidingWindows.of_time_difference_and_grace(td(seconds=10), td(seconds=2)))
+    assert "SlidingWindows(size=10s, grace=2s)" in sliding.describe()
+    assert "windows=SlidingWindows(size=10000ms, grace=2000ms) holding windows;" in definition(sliding)
+    limited = hopping.suppress(Suppressed.until_time_limit(td(minutes=2), BufferConfig.unbounded()))
+    assert "limit=2min" in limited.describe()
 
 
 @pytest.mark.parametrize(
