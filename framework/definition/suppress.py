@@ -138,5 +138,5 @@ class Suppressed:
         return replace(self, name=identifier(name, "Suppressed name"))
 
     def describe(self) -> str:
-        limit = f", limit={duration_text(self.time_limit_ms)}" if self.mode == "until_time_limit" else ""
+        limit = f", limit={duration_text(self.time_limit_ms)}" if self.time_limit_ms is not None else ""
         return f"Suppressed.{self.mode}({self.buffer.describe()}{limit})"
