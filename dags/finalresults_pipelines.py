@@ -22,9 +22,10 @@ END = datetime.fromisoformat(os.environ["FINALRESULTS_END"]) if os.environ.get("
 END = END.replace(tzinfo=timezone.utc) if END and not END.tzinfo else END
 PATHS = {"warehouse": WAREHOUSE, "landing": LANDING, "end_date": END}
 
+# Cron schedules (the jobs' SCHEDULEs, on the clock), so the UI shows each the same way.
 user_alerts = pipeline_dag(str(JOBS / "user_alerts.py"), "0 * * * *", START, **PATHS)
-page_sessions = pipeline_dag(str(JOBS / "page_sessions.py"), None, START, **PATHS)
-sliding_metric = pipeline_dag(str(JOBS / "sliding_metric.py"), None, START, **PATHS)
+page_sessions = pipeline_dag(str(JOBS / "page_sessions.py"), "*/30 * * * *", START, **PATHS)
+sliding_metric = pipeline_dag(str(JOBS / "sliding_metric.py"), "*/15 * * * *", START, **PATHS)
 
 # Manually triggered replays of a committed range (params: start, optional end).
 user_alerts_replay = replay_dag(str(JOBS / "user_alerts.py"), warehouse=WAREHOUSE, landing=LANDING)

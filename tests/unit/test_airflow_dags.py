@@ -103,11 +103,22 @@ def test_the_downstream_dag_is_scheduled_on_the_alerts_asset(dagbag):
     assert dagbag.dags["user_alerts_replay"].get_task("quality_gate").outlets == []
 
 
-def test_a_cron_schedule_gets_a_cron_interval_timetable(dagbag):
+def test_a_cron_schedule_gets_a_cron_interval_timetable_and_a_job_s_timedelta_a_delta_one(dagbag):
+    from datetime import datetime, timezone
+
     from airflow.sdk import CronDataIntervalTimetable, DeltaDataIntervalTimetable
 
-    assert isinstance(dagbag.dags["user_alerts"].timetable, CronDataIntervalTimetable)
-    assert isinstance(dagbag.dags["page_sessions"].timetable, DeltaDataIntervalTimetable)
+    from framework.airflow import pipeline_dag
+
+    assert {type(dagbag.dags[p].timetable) for p in PIPELINES} == {CronDataIntervalTimetable}  # shown alike
+    by_job = pipeline_dag(  # no schedule: the job's SCHEDULE, a timedelta
+        str(ROOT / "jobs" / "page_sessions.py"),
+        start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        warehouse="/lake/warehouse",
+        landing="/lake/landing",
+        dag_id="page_sessions_by_job",
+    )
+    assert isinstance(by_job.timetable, DeltaDataIntervalTimetable)
 
 
 def test_a_replay_dag_submits_the_job_with_its_params_then_gates(dagbag):
