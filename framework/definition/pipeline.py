@@ -23,7 +23,7 @@ from .names import (
     same_up_to_case,
 )
 from .suppress import Suppressed
-from .windows import SessionWindows, SlidingWindows, TimeWindows, Windows, to_millis
+from .windows import Windows, WindowType, to_millis
 
 LATENESS_MODES = ("record", "batch")
 BAD_RECORDS = ("refuse", "quarantine")  # what a batch does with records failing a per-record input check
@@ -158,7 +158,7 @@ class Pipeline:
     def windowed_by(self, windows: Windows) -> "Pipeline":
         """Aggregate per key and window (TimeWindows, SlidingWindows or SessionWindows)."""
         self._need("windowed_by", "group_by")
-        if not isinstance(windows, (TimeWindows, SlidingWindows, SessionWindows)):
+        if not isinstance(windows, WindowType):
             raise DefinitionError(
                 f"pipeline {self.name!r}: windowed_by() takes TimeWindows, "
                 f"SlidingWindows or SessionWindows, got {windows!r}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 from ..errors import DefinitionError
 
@@ -44,10 +44,29 @@ def duration_text(ms: int) -> str:
     return "".join(parts) or "0s"
 
 
-class _Closing(ABC):
-    """The close rule every window type shares: a window closes a fixed time after its end, so
-    the engine, rate limiting and quality checks compute it one way (the offset differs per
-    type, as windows' ends are exclusive or inclusive)."""
+class WindowType(ABC):
+    """What a window type answers for the layers above it, which ask rather than test its class.
+
+    A window closes a fixed time after its end (``close_after_end_ms``), so the engine, rate
+    limiting and quality checks compute it one way. The class attributes say the rest: which
+    plan computes it, what identifies one window, and how its state and sinks treat it. Adding a
+    window type means a class here and a plan in ``execution.engine`` (docs/design.md#window-types).
+    """
+
+    kind: ClassVar[str]
+    """The plan that computes these windows: ``engine.PLANS[kind]``."""
+    bounds: ClassVar[tuple[str, ...]] = ("window_start",)
+    """The window columns that, with the keys, name one window as it changes: a session by both
+    bounds, as a merge or an extension makes a new session."""
+    end_inclusive: ClassVar[bool] = False
+    """Whether a window's end is in it, so a window may end where it starts (one record)."""
+    held_after_close: ClassVar[bool] = False
+    """Whether state keeps a window after it closes, until its plan marks it gone."""
+    merges: ClassVar[bool] = False
+    """Whether windows merge: a merged-away window is deleted from state (``GONE``) and, in a
+    rate-limited sink, replaced by a tombstone."""
+    scans_in_order: ClassVar[bool] = True
+    """Whether the plan needs each record's arrival position and the stream time just before it."""
 
     @abstractmethod
     def describe(self) -> str:
@@ -68,7 +87,7 @@ class _Closing(ABC):
 
 
 @dataclass(frozen=True)
-class TimeWindows(_Closing):
+class TimeWindows(WindowType):
     """Tumbling (advance == size) or hopping windows, epoch-aligned, ``[start, start + size)``.
 
     A record at ``ts`` belongs to every window with ``start <= ts < start + size``; a window
@@ -95,6 +114,7 @@ class TimeWindows(_Closing):
         return replace(self, advance_ms=advance_ms)
 
     kind = "time"
+    scans_in_order = False  # judged per batch, unless lateness or aggregates ask for order
 
     def close_after_end_ms(self) -> int:
         """Ends are exclusive: a window closes ``grace`` after its end."""
@@ -114,7 +134,7 @@ class TimeWindows(_Closing):
 
 
 @dataclass(frozen=True)
-class SlidingWindows(_Closing):
+class SlidingWindows(WindowType):
     """KIP-450 sliding windows: ``[t - size, t]`` both ends inclusive, one window per distinct
     set of records. A record defines a left window ending at it and, when later records fall
     within ``size`` of it, a right window starting 1 ms after it, decided as Kafka Streams does
@@ -134,6 +154,8 @@ class SlidingWindows(_Closing):
         return SlidingWindows(size_ms, to_millis(grace, "grace"))
 
     kind = "sliding"
+    end_inclusive = True
+    held_after_close = True  # later records find their previous record through closed windows
 
     def close_after_end_ms(self) -> int:
         """Ends are inclusive: a window closes ``1 ms + grace`` after its end."""
@@ -153,12 +175,12 @@ class SlidingWindows(_Closing):
     def describe(self) -> str:
         return f"SlidingWindows(size={duration_text(self.size_ms)}, grace={duration_text(self.grace_ms)})"
 
-    def spec(self) -> str:
-        return f"SlidingWindows(size={self.size_ms}ms, grace={self.grace_ms}ms)"
+    def spec(self) -> str:  # state holds Kafka's windows (versions before them kept records)
+        return f"SlidingWindows(size={self.size_ms}ms, grace={self.grace_ms}ms) holding windows"
 
 
 @dataclass(frozen=True)
-class SessionWindows(_Closing):
+class SessionWindows(WindowType):
     """KIP-94 session windows: records within ``gap`` of each other form one session, bounds
     are the first and last event time (inclusive). A session closes at
     ``end + 1 ms + gap + grace``: until then a later record may still extend it.
@@ -174,6 +196,9 @@ class SessionWindows(_Closing):
         return SessionWindows(to_millis(gap, "gap"), to_millis(grace, "grace"))
 
     kind = "session"
+    bounds = ("window_start", "window_end")
+    end_inclusive = True
+    merges = True
 
     def close_after_end_ms(self) -> int:
         """Ends are inclusive and a record within ``gap`` may still extend the session."""

@@ -16,6 +16,7 @@ each window type says when its windows close (``Windows.close``). The plan's val
 from __future__ import annotations
 
 from functools import partial
+from typing import Any, Callable
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -67,26 +68,21 @@ def needs_order(p: Pipeline) -> bool:
     (a scan over the batch in arrival order): per-record lateness, sessions, sliding windows,
     rate limiting and order-sensitive aggregates do; time windows judged per batch do not."""
     ordered = any(a.ordered for a in p.aggregates)
-    return p.lateness == "record" or ordered or p.rate_limited or not isinstance(p.windows, (TimeWindows, type(None)))
+    in_order = p.windows is not None and p.windows.scans_in_order
+    return p.lateness == "record" or ordered or p.rate_limited or in_order
 
 
 def plan(b: Batch) -> Outcome:
     """The outcome of batch ``b`` for its pipeline's window type."""
     w = b.pipeline.windows
-    if isinstance(w, SessionWindows):
-        return _sessions(b, w)
-    if isinstance(w, SlidingWindows):
-        return _sliding(b, w)
-    return _time_windows(b, w)
+    return _plain_table(b) if w is None else PLANS[w.kind](b, w)
 
 
 # ---- time windows ----------------------------------------------------------------------------
-def _time_windows(b: Batch, w: TimeWindows | None) -> Outcome:
+def _time_windows(b: Batch, w: TimeWindows) -> Outcome:
     """Windowed state is a log of partial rows (one per window and batch that touched it),
     merged when the window closes: a batch appends its partials and rewrites only the buckets
     that are due, so it never rewrites open windows it did not touch."""
-    if w is None:
-        return _plain_table(b)
     p = b.pipeline
     ident = [*p.keys, "window_start"]
     assigned = assign(b.records, w)
@@ -450,3 +446,11 @@ def _sliding_updates(
         *[F.lit(None).cast(per_record.schema[c].dataType).alias(c) for c in partial_names(p)],
     )
     return per_record.unionByName(base).unionByName(created)
+
+
+PLANS: dict[str, Callable[[Batch, Any], Outcome]] = {
+    TimeWindows.kind: _time_windows,
+    SlidingWindows.kind: _sliding,
+    SessionWindows.kind: _sessions,
+}
+"""The plan of each window type (``WindowType.kind``); a pipeline without windows is a plain table."""

@@ -50,7 +50,7 @@ from ..definition.columns import (
 from ..definition.names import quoted
 from ..definition.pipeline import Pipeline
 from ..definition.suppress import EagerBufferConfig
-from ..definition.windows import SessionWindows, SlidingWindows, TimeWindows
+from ..definition.windows import TimeWindows
 from . import eviction
 from .engine import assign
 from .plan import Batch, Limited, Outcome, buffer_stats, finished, merges, partial_names, partials
@@ -71,18 +71,22 @@ CHANGES = (
 def identity(p: Pipeline) -> list[str]:
     """Columns naming one buffer entry: the keys, and the window when windowed (a session by
     both bounds, as a merge or extension makes a new session)."""
-    if isinstance(p.windows, SessionWindows):
-        return [*p.keys, "window_start", "window_end"]
-    return [*p.keys, "window_start"] if p.windows is not None else list(p.keys)
+    return [*p.keys, *p.windows.bounds] if p.windows is not None else list(p.keys)
 
 
 def _carried(p: Pipeline) -> list[str]:
-    return identity(p) + (["window_end"] if isinstance(p.windows, (TimeWindows, SlidingWindows)) else [])
+    """An entry's columns besides its value: its identity and, when windowed, both bounds."""
+    ident = identity(p)
+    return ident + (["window_end"] if p.windows is not None and "window_end" not in ident else [])
+
+
+def _merging(p: Pipeline) -> bool:
+    return p.windows is not None and p.windows.merges
 
 
 def _values(p: Pipeline) -> list[str]:
-    """An entry's value: the aggregates, and for sessions whether it is a tombstone (``GONE``)."""
-    return [a.name for a in p.aggregates] + ([GONE] if isinstance(p.windows, SessionWindows) else [])
+    """An entry's value: the aggregates, and for merging windows whether it is a tombstone (``GONE``)."""
+    return [a.name for a in p.aggregates] + ([GONE] if _merging(p) else [])
 
 
 def limit(b: Batch, outcome: Outcome) -> Outcome:
@@ -126,7 +130,7 @@ def held_until_close(b: Batch, outcome: Outcome) -> dict:
     else:
         merged = b.state.filter(F.col(CLOSE) > b.stb).groupBy(*carried).agg(*merges(p))  # open windows
         stored = merged.select(*carried, close.alias(BUFFER_TIME), *finished(p))
-        if isinstance(p.windows, SessionWindows):
+        if _merging(p):
             stored = stored.withColumn(GONE, F.lit(False))
         stored = stored.select(*carried, BUFFER_TIME, _size(p), _key(p), *_values(p))
     changes = _buffered(b, ups, stored, 0, eager=False)
@@ -191,7 +195,7 @@ def _size(p: Pipeline) -> Column:
         if len(p.aggregates) == 1
         else F.to_json(F.struct(*[a.name for a in p.aggregates]))
     )
-    if isinstance(p.windows, SessionWindows):
+    if _merging(p):
         text = F.when(~F.col(GONE), text)
     return F.coalesce(F.octet_length(text), F.lit(0)).cast("long").alias(SIZE)
 
@@ -206,7 +210,7 @@ def _updates(b: Batch, outcome: Outcome, buffer_time: Column | None = None) -> D
     (or ``buffer_time``), value and its size."""
     p = b.pipeline
     ident, carried = identity(p), _carried(p)
-    if isinstance(p.windows, SessionWindows):
+    if _merging(p):
         assert outcome.updates is not None  # a session plan gives its forwards to a buffer that needs them
         return _session_updates(b, outcome.updates, buffer_time)
     rows = outcome.updates if outcome.updates is not None else _time_rows(b)
@@ -277,7 +281,7 @@ def _time_rows(b: Batch) -> DataFrame:
     p = b.pipeline
     ident, carried = identity(p), _carried(p)
     recs = b.records.withColumn(STREAM_AFTER, F.greatest(STREAM_BEFORE, TS))
-    if isinstance(p.windows, TimeWindows):  # else a plain table (sliding windows' rows come from the plan)
+    if isinstance(p.windows, TimeWindows):  # else a plain table (the other plans give their updates)
         recs = (
             assign(recs, p.windows)
             .withColumn("window_start", F.explode(OPEN_STARTS))

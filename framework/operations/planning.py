@@ -17,7 +17,6 @@ from pyspark.sql import DataFrame
 
 from ..definition.columns import TS
 from ..definition.pipeline import Pipeline
-from ..definition.windows import SlidingWindows
 from ..errors import BufferFullError
 from ..execution import engine, ratelimit
 from ..execution.sources import BatchInput
@@ -61,8 +60,6 @@ class Kept:
 def definition(p: Pipeline) -> str:
     """The parts of a pipeline that state depends on; changing them needs a new pipeline."""
     w = p.windows.spec() if p.windows is not None else "none"
-    if isinstance(p.windows, SlidingWindows):  # state holds Kafka's windows (earlier versions kept records)
-        w += " holding windows"
     return f"keys={list(p.keys)}; windows={w}; aggregates={[a.describe() for a in p.aggregates]}"
 
 

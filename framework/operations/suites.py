@@ -18,7 +18,6 @@ import great_expectations as gx
 from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
 
 from ..definition.pipeline import Pipeline
-from ..definition.windows import SessionWindows, SlidingWindows
 from ..errors import DefinitionError
 
 log = logging.getLogger("framework.quality")
@@ -81,7 +80,7 @@ def _template(p: Pipeline) -> list[dict]:
     facts = {
         "$identity": identity(p),
         "$counts": [a.name for a in p.aggregates if a.function == "count"],
-        "$end_may_equal_start": isinstance(p.windows, (SlidingWindows, SessionWindows)),
+        "$end_may_equal_start": p.windows is not None and p.windows.end_inclusive,
     }
     have, sink = _output_columns(p), _sink(p)
     out = []

@@ -19,7 +19,6 @@ from pyspark.sql import functions as F
 from ..definition.columns import EMITTED_AT, GONE
 from ..definition.names import TOMBSTONE
 from ..definition.pipeline import Pipeline
-from ..definition.windows import SessionWindows
 from . import tables, writes
 
 EMITTED = ["emitted_batch_id", "emitted_stream_time"]
@@ -51,7 +50,7 @@ def staged(p: Pipeline, rows: DataFrame) -> DataFrame:
     ``tombstone`` in a rate-limited log of sessions (a merge or extension replaced that session)."""
     if p.suppression is None:
         return rows
-    if p.rate_limited and isinstance(p.windows, SessionWindows):
+    if p.rate_limited and p.windows is not None and p.windows.merges:
         return rows.withColumnRenamed(GONE, TOMBSTONE)
     return rows.drop(GONE)
 

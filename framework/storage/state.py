@@ -19,7 +19,6 @@ from pyspark.sql import functions as F
 
 from ..definition.columns import BUCKET, CLOSE, ENTRY, GONE, SEQ
 from ..definition.pipeline import Pipeline
-from ..definition.windows import SlidingWindows
 from ..execution import engine
 from ..execution.streamtime import NO_TIME
 from . import tables, writes
@@ -77,7 +76,8 @@ def commit(
     columns = [c for c in source.columns if c != GONE]
     tables.create(spark, path, source.select(*columns).schema, partition_by=BUCKET)
     on = " AND ".join([f"t.{windows}", f"s.{windows}", *(f"t.`{c}` = s.`{c}`" for c in p.identity)])
-    due = "false" if isinstance(p.windows, SlidingWindows) else f"s.{CLOSE} <= {sta if sta is not None else NO_TIME}"
+    held = p.windows is not None and p.windows.held_after_close
+    due = "false" if held else f"s.{CLOSE} <= {sta if sta is not None else NO_TIME}"
     values: dict[str, str | Column] = {f"`{c}`": f"s.`{c}`" for c in columns}
     writes.tagged(
         spark,

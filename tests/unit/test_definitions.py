@@ -5,7 +5,25 @@ from __future__ import annotations
 
 from framework.definition import aggregations as agg
 from framework.definition.columns import ARRIVAL
-from framework.definition.windows import SessionWindows, SlidingWindows, TimeWindows
+from framework.definition.windows import SessionWindows, SlidingWindows, TimeWindows, WindowType
+
+
+def test_every_window_type_answers_what_the_layers_above_ask():
+    """The layers above ask a window type, never test its class: which plan computes it, what
+    names one window, whether its end is in it, whether state holds it after it closes, whether
+    windows merge, whether its plan scans records in arrival order. A new type answers all."""
+    from framework.execution.engine import PLANS
+
+    answers = {
+        t.__name__: (t.kind, t.bounds, t.end_inclusive, t.held_after_close, t.merges, t.scans_in_order)
+        for t in WindowType.__subclasses__()
+    }
+    assert answers == {
+        "TimeWindows": ("time", ("window_start",), False, False, False, False),
+        "SlidingWindows": ("sliding", ("window_start",), True, True, False, True),
+        "SessionWindows": ("session", ("window_start", "window_end"), True, False, True, True),
+    }
+    assert set(PLANS) == {t.kind for t in WindowType.__subclasses__()}  # each has its plan
 
 
 def test_each_window_type_closes_by_its_own_rule():
