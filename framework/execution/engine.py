@@ -10,7 +10,7 @@ Pure DataFrame plans, no writes (writes belong to ``runtime``). Three strategies
 
 A record joins window w only while ``close_time(w) > stream time before the record`` (docs/design.md#lateness);
 each window type says when its windows close (``Windows.close``). The plan's value types live in
-``plan``; ``Batch`` and ``Outcome`` are named here too, as callers plan batches through this module.
+``plan``; ``Batch`` and ``Effect`` are named here too, as callers plan batches through this module.
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ from ..definition.columns import (
 from ..definition.pipeline import Pipeline
 from ..definition.windows import SessionWindows, SlidingWindows, TimeWindows
 from . import fold
-from .plan import Batch, Outcome, finished, merges, partial_names, partials
+from .batch import Batch, Effect, finished, merges, partial_names, partials
 from .streamtime import NO_TIME
 
-__all__ = ["NO_TIME", "Batch", "Outcome", "assign", "needs_order", "plan"]
+__all__ = ["NO_TIME", "Batch", "Effect", "assign", "needs_order", "plan"]
 
 NEVER = 2**62  # close time of a plain (non-windowed) table's rows: they never close
 
@@ -72,14 +72,14 @@ def needs_order(p: Pipeline) -> bool:
     return p.lateness == "record" or ordered or p.rate_limited or in_order
 
 
-def plan(b: Batch) -> Outcome:
-    """The outcome of batch ``b`` for its pipeline's window type."""
+def plan(b: Batch) -> Effect:
+    """The effect of batch ``b`` for its pipeline's window type."""
     w = b.pipeline.windows
     return _plain_table(b) if w is None else PLANS[w.kind](b, w)
 
 
 # ---- time windows ----------------------------------------------------------------------------
-def _time_windows(b: Batch, w: TimeWindows) -> Outcome:
+def _time_windows(b: Batch, w: TimeWindows) -> Effect:
     """Windowed state is a log of partial rows (one per window and batch that touched it),
     merged when the window closes: a batch appends its partials and rewrites only the buckets
     that are due, so it never rewrites open windows it did not touch."""
@@ -94,10 +94,10 @@ def _time_windows(b: Batch, w: TimeWindows) -> Outcome:
         .withColumn(CLOSE, w.close(F.col("window_end")))
         .withColumn(BUCKET, _bucket(b))
     )
-    due_bucket = b.sta // b.bucket_ms
+    due_bucket = b.time_after // b.bucket_ms
     stored = _stored(b, batch_partials)
     rows = stored.filter(F.col(BUCKET) <= due_bucket).unionByName(batch_partials)
-    due = F.col(CLOSE) <= b.sta
+    due = F.col(CLOSE) <= b.time_after
     keep = rows.filter(~due)
     if p.suppressed_final:
         results = _merge_windows(p, rows.filter(due), ident)
@@ -138,15 +138,15 @@ def _time_windows(b: Batch, w: TimeWindows) -> Outcome:
         )
         return windows - known
 
-    return Outcome(
-        None,
-        (keep, f"{BUCKET} <= {due_bucket}"),
-        results,
-        assigned.filter(F.col(N_OPEN_STARTS) == 0),
-        closed,
-        assigned,
-        counters,
-        still_open,
+    return Effect(
+        state_changes=None,
+        state_rewrite=(keep, f"{BUCKET} <= {due_bucket}"),
+        results=results,
+        late=assigned.filter(F.col(N_OPEN_STARTS) == 0),
+        closed=closed,
+        counted=assigned,
+        counters=counters,
+        open_windows=still_open,
         opened=opened,
     )
 
@@ -182,12 +182,12 @@ def _open_state(b: Batch, like: DataFrame) -> DataFrame:
     """Stored windows (all open: closed ones are deleted), pruned to the buckets not yet due."""
     if b.state is None:
         return like.limit(0)
-    low = b.stb // b.bucket_ms if b.stb != NO_TIME else NO_TIME
+    low = b.time_before // b.bucket_ms if b.time_before != NO_TIME else NO_TIME
     return b.state.filter(F.col(BUCKET) >= F.lit(low)).select(*like.columns)
 
 
 # ---- plain (non-windowed) tables -------------------------------------------------------------
-def _plain_table(b: Batch) -> Outcome:
+def _plain_table(b: Batch) -> Effect:
     """One state row per key, merged in place; rows never close."""
     p = b.pipeline
     keys = list(p.keys)
@@ -209,15 +209,15 @@ def _plain_table(b: Batch) -> Outcome:
     counted = b.records.withColumn("_one", F.lit(1))
     counters = {"late_record_drop_total": F.lit(0).cast("long"), "late_records": F.lit(0).cast("long"), **_lateness(b)}
     still_open = stored.select(*keys).unionByName(batch_partials.select(*keys)).distinct()
-    return Outcome(
-        changes,
-        None,
-        merged.select(*keys, *finished(p), F.lit(False).alias(GONE)),
-        counted.limit(0),
-        merged.limit(0),
-        counted,
-        counters,
-        still_open,
+    return Effect(
+        state_changes=changes,
+        state_rewrite=None,
+        results=merged.select(*keys, *finished(p), F.lit(False).alias(GONE)),
+        late=counted.limit(0),
+        closed=merged.limit(0),
+        counted=counted,
+        counters=counters,
+        open_windows=still_open,
     )
 
 
@@ -226,12 +226,12 @@ def _results(b: Batch, changes: DataFrame, touched: DataFrame) -> DataFrame:
     p = b.pipeline
     cols: list[str | Column] = [*p.keys, *_window_cols(p), *finished(p), GONE]
     if p.suppressed_final:
-        return changes.filter(~F.col(GONE) & (F.col(CLOSE) <= b.sta)).select(*cols)
+        return changes.filter(~F.col(GONE) & (F.col(CLOSE) <= b.time_after)).select(*cols)
     return touched.withColumn(GONE, F.lit(False)).unionByName(changes.filter(F.col(GONE))).select(*cols)
 
 
 # ---- session windows -----------------------------------------------------------------------
-def _sessions(b: Batch, w: SessionWindows) -> Outcome:
+def _sessions(b: Batch, w: SessionWindows) -> Effect:
     p = b.pipeline
     keys = list(p.keys)
     shape = (
@@ -271,7 +271,7 @@ def _sessions(b: Batch, w: SessionWindows) -> Outcome:
     )
     merged = b.cache(merged.withColumn(BUCKET, _bucket(b)).select(*state_cols))
     gone = old.join(merged.select(*keys, "window_start"), [*keys, "window_start"], "left_anti")
-    closing = stored.filter(F.col(CLOSE) <= b.sta).join(touched_keys, keys, "left_anti")
+    closing = stored.filter(F.col(CLOSE) <= b.time_after).join(touched_keys, keys, "left_anti")
     changes = (
         merged.withColumn(GONE, F.lit(False))
         .unionByName(gone.withColumn(GONE, F.lit(True)))
@@ -282,19 +282,19 @@ def _sessions(b: Batch, w: SessionWindows) -> Outcome:
     n_late = F.sum(F.when(F.col("_landed").isNull(), 1).otherwise(0))
     counters = {"late_record_drop_total": n_late, "late_records": n_late, **_lateness(b)}
     ident = [*keys, "window_start"]
-    kept_as_is = stored.join(changes.select(*ident), ident, "left_anti").filter(F.col(CLOSE) > b.sta)
+    kept_as_is = stored.join(changes.select(*ident), ident, "left_anti").filter(F.col(CLOSE) > b.time_after)
     still_open = kept_as_is.select(*ident).unionByName(
-        changes.filter(~F.col(GONE) & (F.col(CLOSE) > b.sta)).select(*ident)
+        changes.filter(~F.col(GONE) & (F.col(CLOSE) > b.time_after)).select(*ident)
     )
-    return Outcome(
-        changes,
-        None,
-        _results(b, changes, merged),
-        counted.filter(F.col("_landed").isNull()),
-        changes.filter(~F.col(GONE) & (F.col(CLOSE) <= b.sta)),
-        counted,
-        counters,
-        still_open,
+    return Effect(
+        state_changes=changes,
+        state_rewrite=None,
+        results=_results(b, changes, merged),
+        late=counted.filter(F.col("_landed").isNull()),
+        closed=changes.filter(~F.col(GONE) & (F.col(CLOSE) <= b.time_after)),
+        counted=counted,
+        counters=counters,
+        open_windows=still_open,
         updates=_session_forwards(p, folded, recs, old) if _forwards(p) else None,
     )
 
@@ -337,7 +337,7 @@ def _session_forwards(p: Pipeline, folded: DataFrame, recs: DataFrame, old: Data
 
 
 # ---- sliding windows -----------------------------------------------------------------------
-def _sliding(b: Batch, w: SlidingWindows) -> Outcome:
+def _sliding(b: Batch, w: SlidingWindows) -> Effect:
     """Window state holds the windows Kafka's store would hold (closed ones too, while a later
     record may still find its previous record through them), each with its partials. The fold
     decides which windows the batch's records update and create (``fold.Sliding``); a changed
@@ -376,14 +376,13 @@ def _sliding(b: Batch, w: SlidingWindows) -> Outcome:
         .withColumn(BUCKET, _bucket(b))
         .select(*stored.columns)
     )
-    forget = F.col("window_start") < F.lit(b.sta - w.held_ms())
+    forget = F.col("window_start") < F.lit(b.time_after - w.held_ms())
     changes = changed.withColumn(GONE, forget).unionByName(
         stored.filter(forget).join(changed.select(*ident), ident, "left_anti").withColumn(GONE, F.lit(True))
     )
-    current = changed.unionByName(
-        stored.filter(F.col(BUCKET) >= F.lit(b.stb // b.bucket_ms)).join(changed.select(*ident), ident, "left_anti")
-    )
-    closed = current.filter((F.col(CLOSE) > b.stb) & (F.col(CLOSE) <= b.sta))
+    unchanged = stored.filter(F.col(BUCKET) >= F.lit(b.time_before // b.bucket_ms))
+    current = changed.unionByName(unchanged.join(changed.select(*ident), ident, "left_anti"))
+    closed = current.filter((F.col(CLOSE) > b.time_before) & (F.col(CLOSE) <= b.time_after))
     results = (closed if p.suppressed_final else changed).select(
         *keys, "window_start", "window_end", *finished(p), F.lit(False).alias(GONE)
     )
@@ -398,15 +397,15 @@ def _sliding(b: Batch, w: SlidingWindows) -> Outcome:
     }
     copies = folded.filter(out == fold.COPY).select(*keys, start, F.col("_id").alias(POS))
     updates = _sliding_updates(p, w, holding, copies.join(recs, [*keys, POS]), changed_at, old)
-    return Outcome(
-        changes,
-        None,
-        results,
-        counted.filter(late),
-        closed,
-        counted,
-        counters,
-        current.filter(F.col(CLOSE) > b.sta).select(*ident),
+    return Effect(
+        state_changes=changes,
+        state_rewrite=None,
+        results=results,
+        late=counted.filter(late),
+        closed=closed,
+        counted=counted,
+        counters=counters,
+        open_windows=current.filter(F.col(CLOSE) > b.time_after).select(*ident),
         updates=updates,
     )
 
@@ -448,7 +447,7 @@ def _sliding_updates(
     return per_record.unionByName(base).unionByName(created)
 
 
-PLANS: dict[str, Callable[[Batch, Any], Outcome]] = {
+PLANS: dict[str, Callable[[Batch, Any], Effect]] = {
     TimeWindows.kind: _time_windows,
     SlidingWindows.kind: _sliding,
     SessionWindows.kind: _sessions,

@@ -6,7 +6,7 @@ time; for a window, the largest event time in it so far, as Kafka stamps it) and
 The value after each update is a running merge, a window function per key (and window), so it
 runs in parallel: of the stored partials and the batch's per-record partials (plain tables,
 time windows), or of the stored window a sliding window starts from and the records it holds
-(``Outcome.updates``); on session windows each update's value is merged from the members the
+(``Effect.updates``); on session windows each update's value is merged from the members the
 session holds then, and a merge or extension also puts a tombstone for each session it replaced.
 
 The same fold measures ``until_window_closes``'s buffer for strict bounds on time and sliding
@@ -52,8 +52,8 @@ from ..definition.pipeline import Pipeline
 from ..definition.suppress import EagerBufferConfig
 from ..definition.windows import TimeWindows
 from . import eviction
+from .batch import Batch, Effect, Limited, buffer_stats, finished, merges, partial_names, partials
 from .engine import assign
-from .plan import Batch, Limited, Outcome, buffer_stats, finished, merges, partial_names, partials
 
 # Columns of the fold, in this module only. In: an event's kind (stored entry 0, update 1, tick 2),
 # whether a row is an update (TOUCH), the group folded together. Out (CHANGES): what happened
@@ -89,13 +89,13 @@ def _values(p: Pipeline) -> list[str]:
     return [a.name for a in p.aggregates] + ([GONE] if _merging(p) else [])
 
 
-def limit(b: Batch, outcome: Outcome) -> Outcome:
-    """``outcome`` with its results replaced by what the buffer emits in batch ``b``."""
+def limit(b: Batch, effect: Effect) -> Effect:
+    """``effect`` with its results replaced by what the buffer emits in batch ``b``."""
     p = b.pipeline
     s = p.suppression
     ident, carried = identity(p), _carried(p)
     values = _values(p)
-    ups = _updates(b, outcome).localCheckpoint(eager=True)  # read three times: by the fold and for two values
+    ups = _updates(b, effect).localCheckpoint(eager=True)  # read three times: by the fold and for two values
     stored = (
         b.buffer.select(*ups.drop(POS, STEP, STREAM_BEFORE, STREAM_AFTER).columns)
         if b.buffer is not None
@@ -112,10 +112,10 @@ def limit(b: Batch, outcome: Outcome) -> Outcome:
     kept = _with_values(changes.filter(f"{WHAT} = 'keep'"), ups, stored, ident, values).select(
         *carried, BUFFER_TIME, SIZE, ENTRY_KEY, *values
     )
-    return replace(outcome, results=emitted, limited=Limited(emitted, kept, _sized(emits, changes, stored)))
+    return replace(effect, results=emitted, limited=Limited(emitted, kept, _sized(emits, changes, stored)))
 
 
-def held_until_close(b: Batch, outcome: Outcome) -> dict:
+def held_until_close(b: Batch, effect: Effect) -> dict:
     """The buffer of ``until_window_closes`` on time or sliding windows, count and bytes after every record
     (``Limited.stats``), for strict bounds: Kafka's buffer holds every open window (each update
     is put, a window leaves once stream time reaches its close), so this is the fold of a
@@ -123,12 +123,12 @@ def held_until_close(b: Batch, outcome: Outcome) -> dict:
     p = b.pipeline
     carried = _carried(p)
     close = p.windows.close(F.col("window_end"))
-    ups = _updates(b, outcome, buffer_time=close)
+    ups = _updates(b, effect, buffer_time=close)
     base = ups.drop(POS, STEP, STREAM_BEFORE, STREAM_AFTER)
     if b.state is None:
         stored = base.limit(0)
     else:
-        merged = b.state.filter(F.col(CLOSE) > b.stb).groupBy(*carried).agg(*merges(p))  # open windows
+        merged = b.state.filter(F.col(CLOSE) > b.time_before).groupBy(*carried).agg(*merges(p))  # open windows
         stored = merged.select(*carried, close.alias(BUFFER_TIME), *finished(p))
         if _merging(p):
             stored = stored.withColumn(GONE, F.lit(False))
@@ -205,15 +205,15 @@ def _key(p: Pipeline) -> Column:
     return F.concat_ws("\u0000", *[F.col(k).cast("string") for k in p.keys]).alias(ENTRY_KEY)
 
 
-def _updates(b: Batch, outcome: Outcome, buffer_time: Column | None = None) -> DataFrame:
+def _updates(b: Batch, effect: Effect, buffer_time: Column | None = None) -> DataFrame:
     """One row per update: the entry it names, position, stream time before/after, update time
     (or ``buffer_time``), value and its size."""
     p = b.pipeline
     ident, carried = identity(p), _carried(p)
     if _merging(p):
-        assert outcome.updates is not None  # a session plan gives its forwards to a buffer that needs them
-        return _session_updates(b, outcome.updates, buffer_time)
-    rows = outcome.updates if outcome.updates is not None else _time_rows(b)
+        assert effect.updates is not None  # a session plan gives its forwards to a buffer that needs them
+        return _session_updates(b, effect.updates, buffer_time)
+    rows = effect.updates if effect.updates is not None else _time_rows(b)
     spec = (
         f"PARTITION BY {', '.join(quoted(c) for c in ident)} ORDER BY {ARRIVAL} ASC NULLS FIRST "
         "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"

@@ -95,14 +95,14 @@ def result_of(s: Settings, p: Pipeline, t: tables.Tables, row: LedgerRow, status
     values = row.recorded_metrics() or {}
     published = values.get("rows_published", values.get("suppression_emit_total"))  # older rows: no count
     return BatchResult(
-        p.name,
-        row.batch_id,
-        row.seq,
-        status,
-        int(published or 0),
-        int(values.get("late_records") or 0),
-        to_datetime(row.stream_time),
-        values,
+        pipeline=p.name,
+        batch_id=row.batch_id,
+        seq=row.seq,
+        status=status,
+        emitted=int(published or 0),
+        dropped_late=int(values.get("late_records") or 0),
+        stream_time=to_datetime(row.stream_time),
+        metrics=values,
     )
 
 
@@ -176,7 +176,7 @@ class BatchAttempt:
             self.steps.step = "reading state and planning"
             assert self.seen is not None  # read in step 1
             planned = plan(self.s, self.steps, self.p, self.t, self.seq, inp, self.last, self.seen[1], batch_end, kept)
-            rows_out = sinks.shape(self.p, planned.outcome.results, self.batch_id, planned.stream_time)
+            rows_out = sinks.shape(self.p, planned.effect.results, self.batch_id, planned.stream_time)
             self._audit(planned, rows_out)
             written = self._write(planned, rows_out, kept)
             values = batch_metrics(self.p, planned, inp, started_at)
@@ -194,14 +194,14 @@ class BatchAttempt:
             time.monotonic() - started_at,
         )
         return BatchResult(
-            self.p.name,
-            self.batch_id,
-            self.seq,
-            Status.COMMITTED.value,
-            planned.emitted,
-            int(planned.counts.get("late_records") or 0),
-            to_datetime(planned.stream_time),
-            values,
+            pipeline=self.p.name,
+            batch_id=self.batch_id,
+            seq=self.seq,
+            status=Status.COMMITTED.value,
+            emitted=planned.emitted,
+            dropped_late=int(planned.counts.get("late_records") or 0),
+            stream_time=to_datetime(planned.stream_time),
+            metrics=values,
         )
 
     # ---- 1. the ledger, the input, the previous publication and the checks ----------------------
@@ -317,10 +317,10 @@ class BatchAttempt:
     def _write(self, planned: Plan, rows_out: DataFrame, kept: Kept) -> dict[str, int | None]:
         """The buffer advanced and the sink rows staged, at the same time, beside reading the
         snapshot publication writes to; the version the buffer is at, by write point."""
-        spark, p, t, outcome = self.s.spark, self.p, self.t, planned.outcome
+        spark, p, t, effect = self.s.spark, self.p, self.t, planned.effect
         writing: dict[str, Callable[[], object]] = {
             "buffer": lambda: state.write_buffer(
-                spark, state.buffer_path(t, p), outcome, self._base("buffer"), self._tag("buffer")
+                spark, state.buffer_path(t, p), effect, self._base("buffer"), self._tag("buffer")
             ),
         }
         if planned.emitted:
@@ -388,7 +388,7 @@ class BatchAttempt:
         staged = [name for name in ("output",) if name in written]
         files.put_text(self.s.spark, f"{self.staging}/{PUBLICATION}", json.dumps({"replay": False, "staged": staged}))
         assert self.seen is not None  # read in step 1
-        late = self._late_records(planned.outcome.late, input_df) if planned.counts.get("late_records") else None
+        late = self._late_records(planned.effect.late, input_df) if planned.counts.get("late_records") else None
         last, sta = self.last, planned.stream_time
         commit = LedgerRow(
             seq=self.seq,
@@ -428,7 +428,7 @@ class BatchAttempt:
         tag = self._tag("commit")
 
         def attempt() -> None:
-            state.commit(spark, path, self.p, planned.outcome, bookkeeping, planned.stream_time, tag, seen[2] + 1, kept)
+            state.commit(spark, path, self.p, planned.effect, bookkeeping, planned.stream_time, tag, seen[2] + 1, kept)
 
         for tries_left in reversed(range(writes.RETRIES)):
             try:

@@ -29,13 +29,13 @@ from .steps import Steps
 SCAN_RECORDS_PER_PARTITION = 200_000  # below this a batch's stream-time scan runs as one task
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     """A planned batch and its counts."""
 
-    outcome: engine.Outcome
+    effect: engine.Effect
     stream_time: int | None
-    counts: dict  # the outcome's counters
+    counts: dict  # the effect's counters
     closed: int  # windows closed
     emitted: int  # rows for the sink
     open_now: Callable[[], int]  # windows open after the batch (counted once, when first asked)
@@ -90,35 +90,51 @@ def plan(
         return tables.read(s.spark, path, writes.same_rows(s.spark, path, version))
 
     held = state.windows(s.spark, t.state, read_version)
-    batch = engine.Batch(p, seq, records, stb, sta, held, s.bucket_ms, buffer(), cache=kept)
-    outcome = engine.plan(batch)
+    batch = engine.Batch(
+        pipeline=p,
+        seq=seq,
+        records=records,
+        stream_time_before=stb,
+        stream_time=sta,
+        state=held,
+        bucket_ms=s.bucket_ms,
+        buffer=buffer(),
+        cache=kept,
+    )
+    effect = engine.plan(batch)
     if p.rate_limited:
-        outcome = ratelimit.limit(batch, outcome)
+        effect = ratelimit.limit(batch, effect)
     open_before = last.windows_open if last else 0
 
     def windows() -> tuple[int, int]:
-        kept(outcome.results)  # caching plans the read of state: here, beside the counters' job
-        closed = outcome.closed.count()
-        same = outcome.closed is outcome.results and not p.steps
-        return closed, closed if same else sinks.shape(p, outcome.results, "", sta).count()
+        kept(effect.results)  # caching plans the read of state: here, beside the counters' job
+        closed = effect.closed.count()
+        same = effect.closed is effect.results and not p.steps
+        return closed, closed if same else sinks.shape(p, effect.results, "", sta).count()
 
     counted = {
-        "counters": lambda: (
-            outcome.counted.agg(*[v.alias(k) for k, v in outcome.counters.items()]).collect()[0].asDict()
-        ),
+        "counters": lambda: effect.counted.agg(*[v.alias(k) for k, v in effect.counters.items()]).collect()[0].asDict(),
         "windows": windows,
     }
     counts, (closed, emitted) = steps.concurrently(counted)
 
     @functools.cache
     def open_now() -> int:
-        if outcome.opened is not None and open_before is not None:
-            return open_before + outcome.opened() - closed
-        return outcome.open_windows.count()
+        if effect.opened is not None and open_before is not None:
+            return open_before + effect.opened() - closed
+        return effect.open_windows.count()
 
-    buffered = outcome.limited.stats() if outcome.limited is not None else None
-    check_buffer(steps.where, p, batch, outcome, open_now, buffered)
-    return Plan(outcome, sta, counts, closed, emitted, open_now, buffered)
+    buffered = effect.limited.stats() if effect.limited is not None else None
+    check_buffer(steps.where, p, batch, effect, open_now, buffered)
+    return Plan(
+        effect=effect,
+        stream_time=sta,
+        counts=counts,
+        closed=closed,
+        emitted=emitted,
+        open_now=open_now,
+        buffered=buffered,
+    )
 
 
 def _with_stream_time(
@@ -140,7 +156,7 @@ def check_buffer(
     where: str,
     p: Pipeline,
     batch: engine.Batch,
-    outcome: engine.Outcome,
+    effect: engine.Effect,
     held: Callable[[], int],
     buffered: dict | None,
 ) -> None:
@@ -155,7 +171,7 @@ def check_buffer(
         return
     what = "entries" if p.rate_limited else "windows"
     if buffered is None and p.windows is not None and p.lateness == "record":
-        buffered = ratelimit.held_until_close(batch, outcome)
+        buffered = ratelimit.held_until_close(batch, effect)
     if buffered is not None:
         count, size = buffered["count_max"], buffered["size_max"]
     else:

@@ -139,7 +139,14 @@ def replay(
             raise
         raise failure from e
     finish(steps, p, t, new_last)
-    return ReplayResult(p.name, first.batch_id, last.batch_id, results, removed, sum(r.emitted for r in results))
+    return ReplayResult(
+        pipeline=p.name,
+        first=first.batch_id,
+        last=last.batch_id,
+        batches=results,
+        removed=removed,
+        emitted=sum(r.emitted for r in results),
+    )
 
 
 def _failure(where: str, e: BaseException) -> Exception | None:

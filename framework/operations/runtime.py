@@ -60,14 +60,14 @@ class Runtime:
     ):
         locks.check_atomic_commits(spark, warehouse)  # on S3, the LogStore replaces the file lock
         self.settings = Settings(
-            spark,
-            warehouse,
-            bucket // dt.timedelta(milliseconds=1),
-            quality,
-            expectations,
-            before_write or (lambda point: None),
-            max_clock_skew,
-            int(spark.conf.get("spark.sql.shuffle.partitions") or 200),
+            spark=spark,
+            warehouse=warehouse,
+            bucket_ms=bucket // dt.timedelta(milliseconds=1),
+            quality=quality,
+            expectations=expectations,
+            before_write=before_write or (lambda point: None),
+            max_clock_skew=max_clock_skew,
+            partitions=int(spark.conf.get("spark.sql.shuffle.partitions") or 200),
         )
         self.catalog = catalog if catalog is None else tables_catalog.check_schema(catalog)
         self._registered: set[str] = set()  # catalog tables this runtime registered or found

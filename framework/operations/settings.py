@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from ..execution.streamtime import to_epoch_millis
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     """See ``Runtime`` for what each means."""
 

@@ -46,7 +46,7 @@ def commit(
     spark: SparkSession,
     path: str,
     p: Pipeline,
-    outcome: engine.Outcome,
+    effect: engine.Effect,
     bookkeeping: DataFrame,
     sta: int | None,
     tag: str,
@@ -61,17 +61,17 @@ def commit(
     close, until the plan marks them gone, as later records find their previous record through
     them); a batch that changes no window state appends its bookkeeping rows."""
     windows = f"{BUCKET} >= 0"
-    if outcome.state_rewrite is not None:
-        rows, replaced = outcome.state_rewrite
+    if effect.state_rewrite is not None:
+        rows, replaced = effect.state_rewrite
         data = rows.unionByName(bookkeeping, allowMissingColumns=True)
         tables.create(spark, path, data.schema, partition_by=BUCKET)
         writes.rewrite(data, path, f"({replaced}) AND {windows}", tag, mergeSchema="true", **writes.once(txn_version))
         return
-    if outcome.state_changes is None:
+    if effect.state_changes is None:
         tables.create(spark, path, bookkeeping.schema, partition_by=BUCKET)
         writes.save(bookkeeping, path, tag, mergeSchema="true", **writes.once(txn_version))
         return
-    changes = cache(outcome.state_changes)
+    changes = cache(effect.state_changes)
     source = changes.unionByName(bookkeeping.withColumn(GONE, F.lit(False)), allowMissingColumns=True)
     columns = [c for c in source.columns if c != GONE]
     tables.create(spark, path, source.select(*columns).schema, partition_by=BUCKET)
@@ -98,11 +98,11 @@ def commit(
 
 
 def write_buffer(
-    spark: SparkSession, path: str | None, outcome: engine.Outcome, base: int | None, tag: str
+    spark: SparkSession, path: str | None, effect: engine.Effect, base: int | None, tag: str
 ) -> int | None:
     """The rate-limiting buffer: the buffer after the batch replaces the one before."""
-    if outcome.limited is None:
+    if effect.limited is None:
         return base
     assert path is not None  # a pipeline with a rate-limiting buffer has its path
-    tables.create(spark, path, outcome.limited.buffer.schema)
-    return writes.advance(spark, path, base, tag, lambda: writes.rewrite(outcome.limited.buffer, path, None, tag))
+    tables.create(spark, path, effect.limited.buffer.schema)
+    return writes.advance(spark, path, base, tag, lambda: writes.rewrite(effect.limited.buffer, path, None, tag))

@@ -1,6 +1,6 @@
-"""What a batch's plan works from and yields (``Batch``, ``Outcome``, ``Limited``) and the
+"""What a batch's plan works from and yields (``Batch``, ``Effect``, ``Limited``) and the
 columns its aggregates build: shared by ``engine``, which plans a batch, and ``ratelimit``, which
-replaces an outcome's results by what a suppression buffer emits, so neither imports the other
+replaces an effect's results by what a suppression buffer emits, so neither imports the other
 for them."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ..definition.pipeline import Pipeline
 from .streamtime import NO_TIME
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Batch:
     """What one batch works from: its records (with ``TS``, ``STREAM_BEFORE``, ``ARRIVAL``) and state."""
 
@@ -31,11 +31,13 @@ class Batch:
     cache: Callable[[DataFrame], DataFrame] = lambda df: df  # keeps a frame the plan reads more than once
 
     @property
-    def stb(self) -> int:
+    def time_before(self) -> int:
+        """Stream time before the batch, ``NO_TIME`` before any record (comparable in SQL)."""
         return NO_TIME if self.stream_time_before is None else self.stream_time_before
 
     @property
-    def sta(self) -> int:
+    def time_after(self) -> int:
+        """Stream time after the batch, ``NO_TIME`` before any record."""
         return NO_TIME if self.stream_time is None else self.stream_time
 
 
@@ -67,8 +69,8 @@ def buffer_stats(changes: DataFrame) -> dict:
     return {k: int(row[k] or 0) for k in ("count", "count_max", "size", "size_max")}
 
 
-@dataclass
-class Outcome:
+@dataclass(kw_only=True)
+class Effect:
     """A batch's effect: state rows to upsert/delete, results, late records, counters."""
 
     state_changes: DataFrame | None  # window_state rows + ``GONE``, MERGEd: closed/gone rows deleted
