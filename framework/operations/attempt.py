@@ -66,7 +66,7 @@ from ..execution.streamtime import to_datetime, to_epoch_millis
 from ..storage import entries, files, ledger, metrics, sinks, state, tables, upgrade, writes
 from ..storage.ledger import LedgerRow, Status
 from .planning import Kept, Plan, batch_metrics, definition, plan
-from .publication import PUBLICATION, finish
+from .publication import finish, mark
 from .settings import Settings
 from .steps import Steps
 
@@ -386,7 +386,7 @@ class BatchAttempt:
         """Mark what to publish, then commit the state change, the ledger row and the late
         records in one commit: the commit point."""
         staged = [name for name in ("output",) if name in written]
-        files.put_text(self.s.spark, f"{self.staging}/{PUBLICATION}", json.dumps({"replay": False, "staged": staged}))
+        mark(self.s.spark, self.staging, {"replay": False, "staged": staged})
         assert self.seen is not None  # read in step 1
         late = self._late_records(planned.effect.late, input_df) if planned.counts.get("late_records") else None
         last, sta = self.last, planned.stream_time
@@ -427,16 +427,10 @@ class BatchAttempt:
         assert seen is not None  # read in step 1
         tag = self._tag("commit")
 
-        def attempt() -> None:
-            state.commit(spark, path, self.p, planned.effect, bookkeeping, planned.stream_time, tag, seen[2] + 1, kept)
+        def write(txn_version: int) -> None:
+            state.commit(spark, path, self.p, planned.effect, bookkeeping, planned.stream_time, tag, txn_version, kept)
 
-        for tries_left in reversed(range(writes.RETRIES)):
-            try:
-                made = ledger.commit_point(spark, path, seen[1], tag, attempt)
-                break
-            except Exception as e:
-                if not writes.lost_race(e) or not tries_left or ledger.ledger_head(spark, path)[2] != seen[2]:
-                    raise
+        made = ledger.commit_point(spark, path, seen, tag, write)
         if made is None:
             raise self._fenced_out()
         self.ledgers.appended(path, seen, self.rows, commit, made)

@@ -53,6 +53,12 @@ class Staged(tables.Tables):
         return os.path.join(self.folder, "_staging")
 
 
+def mark(spark: SparkSession, folder: str, spec: dict) -> None:
+    """Before an attempt's commit point, say in its staging ``folder`` what to publish once it
+    committed: ``staged``, the names of the staged tables, and for a replay its range."""
+    files.put_text(spark, f"{folder}/{PUBLICATION}", json.dumps(spec))
+
+
 def finish(steps: Steps, p: Pipeline, t: tables.Tables, last: LedgerRow | None) -> list[str]:
     """Publish committed batch ``last`` if it is still staged, and remove the staging
     folders of attempts that can no longer commit (an attempt of a committed sequence

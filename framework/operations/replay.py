@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Iterable
@@ -49,7 +48,7 @@ from ..errors import ConcurrentBatchError, ReplayError
 from ..storage import files, ledger, state, tables, upgrade, writes
 from ..storage.ledger import LedgerRow, Status
 from .attempt import BatchAttempt, BatchResult
-from .publication import PUBLICATION, Staged, finish
+from .publication import Staged, finish, mark
 from .settings import Settings
 from .steps import Steps
 
@@ -286,21 +285,19 @@ def _mark(
 ) -> None:
     """What to publish once the replay committed (``publication.publish_range``)."""
     names = ["output"] if tables.exists(spark, staged.output) else []
-    files.put_text(
+    mark(
         spark,
-        f"{staged.folder}/{PUBLICATION}",
-        json.dumps(
-            {
-                "replay": True,
-                "staged": names,
-                "first_seq": first.seq,
-                "first_batch_id": first.batch_id,
-                "last_seq": last.seq,
-                "last_batch_id": last.batch_id,
-                "output_base": base,
-                "fence": seen[2] + 1,
-            }
-        ),
+        staged.folder,
+        {
+            "replay": True,
+            "staged": names,
+            "first_seq": first.seq,
+            "first_batch_id": first.batch_id,
+            "last_seq": last.seq,
+            "last_batch_id": last.batch_id,
+            "output_base": base,
+            "fence": seen[2] + 1,
+        },
     )
 
 
@@ -346,15 +343,15 @@ def _commit(
     made = ledger.commit_point(
         spark,
         t.state,
-        seen[1],
+        seen,
         tag,
-        lambda: writes.rewrite(
+        lambda txn_version: writes.rewrite(
             rows,
             t.state,
             f"{BUCKET} >= 0 OR {SEQ} >= {int(first.seq)}",
             tag,
             mergeSchema="true",
-            **writes.once(seen[2] + 1),
+            **writes.once(txn_version),
         ),
     )
     if made is None:

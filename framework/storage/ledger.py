@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from ..definition.columns import BUCKET, ENTRY, LEDGER_BUCKET, SEQ
 from ..execution.streamtime import to_datetime
 from . import entries, tables
-from .writes import LEDGER_APP, history_since, version_of
+from .writes import LEDGER_APP, RETRIES, history_since, lost_race, version_of
 
 
 class Status(str, enum.Enum):
@@ -195,15 +195,29 @@ class Ledgers:
             self._known[path] = ((seen[0], made, seen[2] + 1), [*rows, row])
 
 
-def commit_point(spark: SparkSession, path: str, read_version: int, tag: str, commit: Callable[[], None]) -> int | None:
-    """Run ``commit`` (one commit to the ``_state`` table at ``path`` tagged ``tag``, made with
-    transaction id ``LEDGER_APP`` and the fence this attempt read + 1) and return the version
-    it made, or None if Delta skipped it: another batch or replay committed since this attempt
-    read the table at ``read_version``.
+def commit_point(
+    spark: SparkSession, path: str, seen: tuple[str, int, int], tag: str, commit: Callable[[int], None]
+) -> int | None:
+    """The commit point of a batch or a replay: run ``commit(txn_version)`` (one commit to the
+    ``_state`` table at ``path`` tagged ``tag``, made with transaction id ``LEDGER_APP`` and
+    ``txn_version``, the fence read + 1) and return the version it made, or None if it is
+    fenced out: another batch or replay committed since the table was read as ``seen``.
 
     Delta keeps the last ``txnVersion`` of ``LEDGER_APP`` in the table's log: a commit whose
     version is not above it is skipped, and of two racing ones the second fails. Every commit
     point uses the fence it read + 1, so this is a compare-and-set decided by Delta;
-    maintenance commits carry no transaction version and leave the fence as it was."""
-    commit()
-    return version_of(history_since(spark, path, read_version), tag)
+    maintenance commits carry no transaction version and leave the fence as it was. So a
+    commit that lost a race while the fence stayed (an ``OPTIMIZE`` of files it rewrites) is
+    made again, ``RETRIES`` times in all; one that lost to a moved fence is fenced out."""
+    for tries_left in reversed(range(RETRIES)):
+        try:
+            commit(seen[2] + 1)
+            break
+        except Exception as e:
+            if not lost_race(e):
+                raise
+            if ledger_head(spark, path)[2] != seen[2]:
+                return None
+            if not tries_left:
+                raise
+    return version_of(history_since(spark, path, seen[1]), tag)
