@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from typing import cast
 
 from ..errors import DefinitionError
 from .aggregations import Aggregate
@@ -68,8 +69,9 @@ class Pipeline:
     timestamp: str = "ts"
     arrival: str | None = None
     lateness: str = "record"
-    idle_advance_ms: int | None = None
+    idle_advance: timedelta | int | None = None  # kept as milliseconds (``idle_advance_ms``)
     bad_records: str = "refuse"
+    # set by the builder's steps, each checking its own
     keys: tuple[str, ...] = ()
     windows: Windows | None = None
     aggregates: tuple[Aggregate, ...] = ()
@@ -78,50 +80,31 @@ class Pipeline:
     sink: str | None = None
     _defined: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
-    def __init__(
-        self,
-        name: str,
-        timestamp: str = "ts",
-        arrival: str | None = None,
-        lateness: str = "record",
-        idle_advance: timedelta | int | None = None,
-        bad_records: str = "refuse",
-        **rest,
-    ):
-        object.__setattr__(self, "name", identifier(name, "pipeline name"))
+    def __post_init__(self) -> None:
+        """Check what the constructor was given (a builder step's ``replace`` passes it again)."""
+        name = identifier(self.name, "pipeline name")
         clash = reserved_root_entry(name)
         if clash:
             raise DefinitionError(
                 f"pipeline name {name!r} is {clash}, where every pipeline keeps its own folder "
                 "(names are compared ignoring case); choose another pipeline name"
             )
-        object.__setattr__(self, "timestamp", identifier(timestamp, f"pipeline {name!r}: timestamp column"))
-        object.__setattr__(
-            self, "arrival", None if arrival is None else identifier(arrival, f"pipeline {name!r}: arrival column")
-        )
-        if lateness not in LATENESS_MODES:
-            raise DefinitionError(f"pipeline {name!r}: lateness must be one of {LATENESS_MODES}, got {lateness!r}")
-        object.__setattr__(self, "lateness", lateness)
-        if bad_records not in BAD_RECORDS:
-            raise DefinitionError(f"pipeline {name!r}: bad_records must be one of {BAD_RECORDS}, got {bad_records!r}")
-        object.__setattr__(self, "bad_records", bad_records)
-        idle = rest.pop("idle_advance_ms", None)
-        if idle_advance is not None:
-            idle = to_millis(idle_advance, "idle_advance")
-        object.__setattr__(self, "idle_advance_ms", idle)
-        defaults = {
-            "keys": (),
-            "windows": None,
-            "aggregates": (),
-            "suppression": None,
-            "steps": (),
-            "sink": None,
-            "_defined": (),
-        }
-        for k, v in defaults.items():
-            object.__setattr__(self, k, rest.pop(k, v))
-        if rest:
-            raise TypeError(f"unexpected Pipeline arguments: {sorted(rest)}")
+        identifier(self.timestamp, f"pipeline {name!r}: timestamp column")
+        if self.arrival is not None:
+            identifier(self.arrival, f"pipeline {name!r}: arrival column")
+        if self.lateness not in LATENESS_MODES:
+            raise DefinitionError(f"pipeline {name!r}: lateness must be one of {LATENESS_MODES}, got {self.lateness!r}")
+        if self.bad_records not in BAD_RECORDS:
+            raise DefinitionError(
+                f"pipeline {name!r}: bad_records must be one of {BAD_RECORDS}, got {self.bad_records!r}"
+            )
+        if self.idle_advance is not None:  # frozen: the one normalisation, to milliseconds
+            object.__setattr__(self, "idle_advance", to_millis(self.idle_advance, "idle_advance"))
+
+    @property
+    def idle_advance_ms(self) -> int | None:
+        """``idle_advance`` in milliseconds (None: stream time moves with records only)."""
+        return cast(int | None, self.idle_advance)
 
     def _next(self, step: str, **changes) -> "Pipeline":
         if self.sink is not None:
