@@ -61,17 +61,20 @@ def build_logstore(classpath: list[str]) -> Path:
 
 def install() -> None:
     """What ``make install`` runs: resolve Delta's and the S3 jars into ``~/.ivy2`` through a
-    session, then build the LogStore jar against them."""
+    session (and record them: ``framework.storage.jars``), then build the LogStore jar against them."""
     from delta import configure_spark_with_delta_pip
     from pyspark.sql import SparkSession
+
+    from . import jars
 
     builder = SparkSession.builder.master("local[1]").appName("install").config("spark.ui.enabled", "false")
     spark = configure_spark_with_delta_pip(builder, extra_packages=packages()).getOrCreate()
     try:
-        jars = spark.sparkContext.getConf().get("spark.jars", "")
+        resolved = spark.sparkContext.getConf().get("spark.jars", "")
     finally:
         spark.stop()
-    build_logstore([j.removeprefix("file://") for j in jars.split(",") if j])
+    jars.record([jars.DELTA_PACKAGE, *packages()], resolved)
+    build_logstore([j.removeprefix("file://") for j in resolved.split(",") if j])
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Delta's jars (and, for ``s3=True``, ``hadoop-aws`` and the AWS SDK) are resolved from Maven
 Central by ``configure_spark_with_delta_pip`` and cached in ``~/.ivy2``; ``make install`` does it
-once, so nothing is downloaded at run time.
+once, so nothing is downloaded at run time. The files Ivy resolved are recorded then
+(``framework.storage.jars``) and later sessions start with them, without resolving again.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from . import jars
 from . import s3 as s3_support
 
 DEFAULT_CONF = {
@@ -81,10 +83,18 @@ def spark_session(
         **(s3_support.conf() if on_s3 else {}),
         **(conf or {}),
     )
+    packages = [jars.DELTA_PACKAGE, *(s3_support.packages() if on_s3 else [])]
+    given = [j for j in settings.get("spark.jars", "").split(",") if j]
+    resolved = jars.recorded(packages)
+    if resolved is not None:  # no Ivy resolution at start-up: the files it gave before
+        settings["spark.jars"] = ",".join([*resolved, *given])
     for key, value in settings.items():
         builder = builder.config(key, value)
-    extra_packages = s3_support.packages() if on_s3 else None
-    spark = configure_spark_with_delta_pip(builder, extra_packages=extra_packages).getOrCreate()
+    if resolved is None:
+        builder = configure_spark_with_delta_pip(builder, extra_packages=packages[1:])
+    spark = builder.getOrCreate()
+    if resolved is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # resolved by this JVM's start
+        jars.record(packages, spark.sparkContext.getConf().get("spark.jars", ""), given)
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
     jvm = spark.sparkContext._jvm
     if metastore and jvm is not None:  # Derby's log goes beside its database, not into the working folder
