@@ -43,7 +43,7 @@ test: install lint unit
 demo: install
 	$(PY) scripts/demo.py
 
-# Framework vs Structured Streaming vs a plain aggregate; results in bench/results/ (see README).
+# Framework vs Structured Streaming vs a plain aggregate; results in bench/results/ (see bench/README.md).
 bench: install
 	$(PY) bench/vs_streaming.py --workload tumbling --size standard
 

@@ -464,7 +464,7 @@ def scaling(
 
 
 def markdown(rep: dict) -> str:
-    """The table for the README."""
+    """The table for bench/README.md."""
     s = rep["stats"]
     head = (
         "| runner | median s/batch | max s/batch | events/s (median batch) | state on disk |\n|---|---|---|---|---|\n"

@@ -85,7 +85,7 @@ def _in_thread(work):
 
 
 def _maintain(spark, path, vacuum=True):
-    """What an operator (or the README) does to a table: properties, compaction, VACUUM within retention."""
+    """What an operator (docs/operations.md) does to a table: properties, compaction, VACUUM within retention."""
     spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.parallelism", "2")  # VACUUM's listing tasks
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.logRetentionDuration' = 'interval 60 days')")
     spark.sql(f"OPTIMIZE delta.`{path}`")

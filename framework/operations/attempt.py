@@ -1,5 +1,8 @@
 """The batch protocol: run one batch of a pipeline exactly once, whatever else runs.
 
+The protocol and its reasons are described once, in docs/design.md#batch-protocol; the steps
+below name the code that carries each one out.
+
 1. Read the ledger (the ``_state`` table's ledger rows; its version and fence are what the
    attempt read) and validate the input, at once. Finish publishing the last committed batch
    if its publication was cut short (step 6). A committed batch id is a no-op (same input) or a
