@@ -76,3 +76,11 @@ class ReplayError(FrameworkError):
     """A replay cannot run: a range that is not committed or stops before the last committed batch,
     an unfinished batch, or state as of the batch before the range that is no longer available
     (VACUUMed). Raised before anything is written, or after a failed replay was undone."""
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of ``e``'s message (at most 500 characters; the type's name if it has
+    none), to quote a Spark or Delta error in one of these errors. A Py4JJavaError's own first
+    line ("An error occurred while calling ...") names no cause: its Java exception's is quoted."""
+    text = str(getattr(e, "java_exception", None) or e)
+    return (text.strip().splitlines() or [type(e).__name__])[0][:500]

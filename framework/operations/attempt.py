@@ -63,6 +63,7 @@ from ..errors import (
     FrameworkError,
     PublicationError,
     SkippedIntervalError,
+    first_line,
 )
 from ..execution.sources import BatchInput, check_drift, read_batch, rejected_records
 from ..execution.streamtime import to_datetime, to_epoch_millis
@@ -109,12 +110,6 @@ def result_of(s: Settings, p: Pipeline, t: tables.Tables, row: LedgerRow, status
     )
 
 
-def cause(e: Exception) -> str:
-    """The first line of a Spark error (a Py4JJavaError's own first line names no cause)."""
-    text = str(getattr(e, "java_exception", None) or e)
-    return (text.strip().splitlines() or [type(e).__name__])[0][:500]
-
-
 class BatchAttempt:
     """One attempt of batch ``batch_id`` of ``p`` against the tables ``t``; ``run`` it once."""
 
@@ -153,14 +148,14 @@ class BatchAttempt:
         except (Py4JJavaError, PySparkException) as e:
             where, step = self.steps.where, self.steps.step
             if self.committed:
-                raise self._unpublished(f"failed while {step}: {cause(e)}") from e
+                raise self._unpublished(f"failed while {step}: {first_line(e)}") from e
             if step.startswith("publishing"):  # the last committed batch, before this one ran
                 raise BatchFailedError(
-                    f"{where}: failed while {step}: {cause(e)}. The committed batch's rows stay staged; "
+                    f"{where}: failed while {step}: {first_line(e)}. The committed batch's rows stay staged; "
                     "the next run of any batch of the pipeline publishes them once the cause is fixed."
                 ) from e
             raise BatchFailedError(
-                f"{where}: failed while {step}: {cause(e)}. The batch is not committed; fix the "
+                f"{where}: failed while {step}: {first_line(e)}. The batch is not committed; fix the "
                 "cause (see the chained Spark error) and re-run it."
             ) from e
 

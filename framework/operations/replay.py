@@ -44,7 +44,7 @@ from pyspark.sql import functions as F
 
 from ..definition.columns import BUCKET, LEDGER_BUCKET, SEQ
 from ..definition.pipeline import Pipeline
-from ..errors import ConcurrentBatchError, ReplayError
+from ..errors import ConcurrentBatchError, ReplayError, first_line
 from ..storage import files, ledger, state, tables, upgrade, writes
 from ..storage.ledger import LedgerRow, Status
 from .attempt import BatchAttempt, BatchResult
@@ -157,7 +157,7 @@ def _failure(where: str, e: BaseException) -> Exception | None:
         )
     if isinstance(e, (Py4JJavaError, PySparkException)):
         return ReplayError(
-            f"{where}: failed: {_first_line(e)}. Nothing was published; fix the cause (see the "
+            f"{where}: failed: {first_line(e)}. Nothing was published; fix the cause (see the "
             "chained Spark error) and run it again."
         )
     return None
@@ -231,10 +231,6 @@ def _range(where: str, committed: list[LedgerRow], ids: list[str]) -> tuple[Ledg
     )
 
 
-def _first_line(e: Exception) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-
-
 def _check_available(spark: SparkSession, where: str, name: str, path: str, version: int | None) -> None:
     """Refuse a replay whose restore point is gone: the version's log entry or any of its files."""
     if version is None:
@@ -244,7 +240,7 @@ def _check_available(spark: SparkSession, where: str, name: str, path: str, vers
     except (Py4JJavaError, PySparkException) as e:
         raise ReplayError(
             f"{where}: table {name!r} version {version} ({path}), the state before the range, is no "
-            f"longer available: {_first_line(e)}. Nothing was written. Replay a later range, or "
+            f"longer available: {first_line(e)}. Nothing was written. Replay a later range, or "
             "keep delta.logRetentionDuration longer than the oldest range to replay."
         ) from None
     jvm = spark._jvm

@@ -17,10 +17,10 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from ..definition.pipeline import Pipeline
-from ..errors import FrameworkError
+from ..errors import FrameworkError, first_line
 from ..storage import bookkeeping, compaction, ledger, locks, tables
 from ..storage import catalog as tables_catalog
-from .attempt import BatchAttempt, BatchResult, cause, result_of
+from .attempt import BatchAttempt, BatchResult, result_of
 from .replay import ReplayBatch, ReplayResult, replay
 from .settings import Settings
 
@@ -112,7 +112,7 @@ class Runtime:
         except (Py4JJavaError, PySparkException) as e:
             raise FrameworkError(
                 f"pipeline {p.name!r}: registering its tables in catalog schema {self.catalog!r} failed: "
-                f"{cause(e)}. The batches are not affected: fix the catalog, then re-run the batch (a "
+                f"{first_line(e)}. The batches are not affected: fix the catalog, then re-run the batch (a "
                 "committed one reports 'already committed' and registers its tables)."
             ) from e
         self._registered.update(names)
@@ -188,7 +188,7 @@ class Runtime:
                 "batch compacts them): %s",
                 p.name,
                 batch_id,
-                cause(e),
+                first_line(e),
             )
 
     def replay(self, pipeline: Pipeline, batches: Iterable[ReplayBatch | tuple[str, DataFrame]]) -> ReplayResult:

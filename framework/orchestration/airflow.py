@@ -157,6 +157,20 @@ def _local_spark_tools() -> tuple[str | None, dict[str, str]]:
     return (str(binary) if binary.exists() else None), {"PYSPARK_PYTHON": sys.executable}
 
 
+def _job_arguments(**options: str | bool | None) -> list[str]:
+    """The job's command line (what ``jobs.main`` parses) for ``options``, in the order given:
+    ``batch_start="x"`` is ``--batch-start x``, ``replay=True`` a bare ``--replay``, and an
+    option that is None or False is left out."""
+    arguments: list[str] = []
+    for name, value in options.items():
+        if value is None or value is False:
+            continue
+        arguments.append("--" + name.replace("_", "-"))
+        if not isinstance(value, bool):
+            arguments.append(value)
+    return arguments
+
+
 def _submit(
     task_id: str,
     job,
@@ -215,15 +229,40 @@ def pipeline_dag(
     spark_binary: str | None = None,
     packages: str | None = DELTA_PACKAGE,
 ) -> DAG:
-    """A DAG running ``job_module`` (a ``jobs/<name>.py`` path or dotted name) once per interval.
+    """A DAG running ``job_module`` once per data interval: ``spark_batch`` (spark-submit of the
+    job for the interval) then ``quality_gate``, whose results-asset event names the batch.
 
-    ``schedule`` is a timedelta (fixed intervals) or a cron expression (intervals between cron
-    ticks, in ``timezone``); it defaults to the job's ``SCHEDULE``. ``end_date``, if given, is the
-    start of the last interval the DAG runs (Airflow's meaning). ``warehouse`` and ``landing``
-    are the Delta folders passed to the job; ``catalog`` (and ``metastore``, an embedded one's
-    folder) keep the pipeline's tables in that catalog schema too (``framework.storage.catalog``).
-    ``spark_binary`` and ``spark_env`` default to the spark-submit and Python of this
-    environment; override them for a cluster.
+    :param job_module: the job, a ``jobs/<name>.py`` path or a dotted module name; its
+        ``PIPELINE`` is the pipeline, its ``SCHEDULE`` the default ``schedule``.
+    :param schedule: a timedelta (fixed intervals) or a cron expression (intervals between cron
+        ticks, in ``timezone``); default: the job's ``SCHEDULE``, and one of them is required.
+    :param start_date: the start of the first interval the pipeline must process (required).
+    :param warehouse: the folder of the pipelines' Delta tables, passed to the job; the results
+        asset and the quality gate's outcome are found there too.
+    :param landing: the folder of the landing Delta tables the job reads, passed to the job.
+    :param end_date: the start of the last interval the DAG runs (Airflow's meaning); default:
+        no end.
+    :param catalog: a catalog schema to keep the pipeline's tables in too
+        (``framework.storage.catalog``); default: none.
+    :param metastore: with ``catalog``, the folder of an embedded metastore (one machine only).
+    :param dag_id: the DAG's id; default: the pipeline's name.
+    :param catchup: whether every interval since ``start_date`` runs (default True: the records
+        of an interval that never ran would never be read).
+    :param timezone: the time zone of a cron ``schedule``.
+    :param conn_id: the Airflow connection spark-submit runs through; its host is the master
+        (``local[*]``, ``spark://...``, ``yarn``).
+    :param retries: the retries of each task (safe: a batch re-run with the same input reports
+        "already committed").
+    :param retry_delay: the delay between a task's retries.
+    :param spark_conf: Spark properties for spark-submit, over ``spark.log.level=WARN``.
+    :param spark_env: environment variables for spark-submit; default: ``PYSPARK_PYTHON`` set
+        to this environment's Python. Override it for a cluster.
+    :param spark_binary: the spark-submit to run; default: this environment's (pyspark ships
+        one), else the Spark provider's. Override it for a cluster.
+    :param packages: Maven coordinates for ``--packages``; default: the installed delta-spark's
+        jars (``DELTA_PACKAGE``); None where the cluster has them already.
+    :return: the DAG.
+    :raises TypeError: without a ``schedule`` (none given, none in the job) or a ``start_date``.
 
     Example::
 
@@ -237,9 +276,6 @@ def pipeline_dag(
         raise TypeError(f"job {job_module!r} declares no SCHEDULE: pass 'schedule'")
     if start_date is None:
         raise TypeError("'start_date' is required: the first interval the pipeline must process")
-    registered = [
-        arg for flag, value in (("--catalog", catalog), ("--metastore", metastore)) if value for arg in (flag, value)
-    ]
     default_args = {
         "depends_on_past": True,
         "wait_for_downstream": True,
@@ -265,21 +301,16 @@ def pipeline_dag(
             "spark_batch",
             job,
             application,
-            [
-                "--batch-start",
-                INTERVAL_START,
-                "--batch-end",
-                "{{ data_interval_end.isoformat() }}",
-                "--warehouse",
-                warehouse,
-                "--landing",
-                landing,
-                *registered,
-                "--allow-gap",
-                "{{ params.allow_gap }}",
-                "--run-id",
-                RUN_ID,
-            ],
+            _job_arguments(
+                batch_start=INTERVAL_START,
+                batch_end="{{ data_interval_end.isoformat() }}",
+                warehouse=warehouse,
+                landing=landing,
+                catalog=catalog or None,  # an empty name registers nothing
+                metastore=metastore or None,
+                allow_gap="{{ params.allow_gap }}",
+                run_id=RUN_ID,
+            ),
             conn_id=conn_id,
             spark_conf=spark_conf,
             spark_env=spark_env,
@@ -337,21 +368,15 @@ def replay_dag(
             "spark_replay",
             job,
             application,
-            [
-                "--replay",
-                "--batch-start",
-                "{{ params.start }}",
-                "--batch-end",
-                "{{ params.end }}",
-                "--every",
-                f"{int(every.total_seconds())}s",
-                "--warehouse",
-                warehouse,
-                "--landing",
-                landing,
-                "--run-id",
-                RUN_ID,
-            ],
+            _job_arguments(
+                replay=True,
+                batch_start="{{ params.start }}",
+                batch_end="{{ params.end }}",
+                every=f"{int(every.total_seconds())}s",
+                warehouse=warehouse,
+                landing=landing,
+                run_id=RUN_ID,
+            ),
             conn_id=conn_id,
             spark_conf=spark_conf,
             spark_env=spark_env,

@@ -137,6 +137,7 @@ def test_a_replay_dag_submits_the_job_with_its_params_then_gates(dagbag):
         "--every",
         "3600s",
     ]
+    assert replay.application_args[7::2] == ["--warehouse", "--landing", "--run-id"]  # no catalog, no gap
     assert replay.application_args[-2:] == ["--run-id", "{{ run_id }}"]
     assert dag.get_task("quality_gate").op_kwargs["replay"] is True
 
@@ -160,7 +161,24 @@ def test_a_catalog_schema_is_passed_to_the_job_and_the_dag_can_end():
     )
     args = dag.get_task("spark_batch").application_args
     assert args[args.index("--catalog") :][:4] == ["--catalog", "lake", "--metastore", "/m"]
-    assert args[-2:] == ["--run-id", "{{ run_id }}"]
+    assert args[4:] == [
+        "--warehouse",
+        "/w",
+        "--landing",
+        "/l",
+        "--catalog",
+        "lake",
+        "--metastore",
+        "/m",
+        "--allow-gap",
+        "{{ params.allow_gap }}",
+        "--run-id",
+        "{{ run_id }}",
+    ]
+    unnamed = pipeline_dag(  # an empty catalog name, as none: nothing registered
+        str(ROOT / "jobs" / "user_alerts.py"), None, start, warehouse="/w", landing="/l", catalog="", dag_id="unnamed"
+    )
+    assert "--catalog" not in unnamed.get_task("spark_batch").application_args
     assert dag.end_date == start + dt.timedelta(hours=5)
 
 
