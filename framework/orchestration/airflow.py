@@ -36,7 +36,6 @@ from __future__ import annotations
 import logging
 import sys
 from datetime import datetime, timedelta
-from importlib.metadata import version
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Mapping
@@ -52,12 +51,13 @@ except ModuleNotFoundError as e:  # Airflow is an extra: Spark jobs on a cluster
 from ..definition.pipeline import Pipeline
 from ..errors import FrameworkError, QualityGateError
 from ..operations import outcome
+from ..storage import jars
 from .jobs import batch_id, load_job, parse_time
 
 log = logging.getLogger("framework.airflow")
 
 # spark-submit starts the JVM before the job's Python runs, so Delta's jars must be on its command line.
-DELTA_PACKAGE = f"io.delta:delta-spark_2.13:{version('delta-spark')}"
+DELTA_PACKAGE = jars.DELTA_PACKAGE
 INTERVAL_START = "{{ data_interval_start.isoformat() }}"
 RUN_ID = "{{ run_id }}"  # the quality gate reads only the outcome its own run's Spark task left
 
@@ -183,14 +183,18 @@ def _submit(
     spark_binary: str | None,
     packages: str | None,
 ) -> SparkSubmitOperator:
-    """The task running ``spark-submit <job file> <arguments>`` through connection ``conn_id``."""
+    """The task running ``spark-submit <job file> <arguments>`` through connection ``conn_id``.
+    Delta's own coordinates become the jar files Ivy resolved for them at install
+    (``framework.storage.jars``), when they are all there: the JVM then starts without resolving."""
     local_binary, local_env = _local_spark_tools()
+    resolved = jars.recorded([packages]) if packages == DELTA_PACKAGE else None
     return SparkSubmitOperator(
         task_id=task_id,
         conn_id=conn_id,
         application=application,
         name=f"finalresults-{job.PIPELINE.name}",
-        packages=packages,
+        packages=None if resolved else packages,
+        jars=",".join(resolved) if resolved else None,
         conf={"spark.log.level": "WARN", **(spark_conf or {})},
         env_vars=spark_env if spark_env is not None else local_env,
         spark_binary=spark_binary or local_binary,
@@ -260,7 +264,9 @@ def pipeline_dag(
     :param spark_binary: the spark-submit to run; default: this environment's (pyspark ships
         one), else the Spark provider's. Override it for a cluster.
     :param packages: Maven coordinates for ``--packages``; default: the installed delta-spark's
-        jars (``DELTA_PACKAGE``); None where the cluster has them already.
+        jars (``DELTA_PACKAGE``), passed as ``--jars`` with the files Ivy resolved at install
+        when they are on this machine (``framework.storage.jars``: the Airflow worker shares
+        the scheduler's install); None where the cluster has them already.
     :return: the DAG.
     :raises TypeError: without a ``schedule`` (none given, none in the job) or a ``start_date``.
 

@@ -73,7 +73,7 @@ def test_spark_submit_then_quality_gate(dagbag, dag_id):
     assert isinstance(batch, SparkSubmitOperator)
     assert batch.downstream_task_ids == {"quality_gate"} and not gate.downstream_task_ids
     assert batch.application == str(ROOT / "jobs" / f"{dag_id}.py")
-    assert batch.packages.startswith("io.delta:delta-spark_2.13:")
+    assert (batch.packages or batch.jars).count("delta-spark_2.13") == 1  # coordinates, or the files recorded
     args = batch.application_args
     assert args[:4] == [
         "--batch-start",
@@ -293,3 +293,34 @@ def test_a_replay_gate_reads_the_replay_outcome_and_emits_no_asset_event(tmp_pat
     where.write_text("{not json")
     with pytest.raises(FrameworkError, match="cannot read the quality-gate outcome"):
         quality_gate(job, warehouse, replay=True, **context)
+
+
+def test_delta_s_jars_are_passed_as_the_files_ivy_resolved_while_they_are_all_there(tmp_path, monkeypatch):
+    """spark-submit resolves ``--packages`` with Ivy at every start; the files resolved at install
+    are passed as ``--jars`` instead, and the coordinates again once one of them is gone."""
+    import json
+    from datetime import datetime, timezone
+
+    from framework.airflow import DELTA_PACKAGE, pipeline_dag
+    from framework.storage import jars
+
+    files = [tmp_path / "delta-spark_2.13.jar", tmp_path / "delta-storage.jar"]
+    for f in files:
+        f.write_bytes(b"")
+    monkeypatch.setattr(jars, "RECORDING", tmp_path / "jars.json")
+    jars.RECORDING.write_text(json.dumps({DELTA_PACKAGE: [str(f) for f in files]}))
+
+    def submitted(dag_id):
+        dag = pipeline_dag(
+            str(ROOT / "jobs" / "user_alerts.py"),
+            start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+            warehouse="/lake/warehouse",
+            landing="/lake/landing",
+            dag_id=dag_id,
+        )
+        batch = dag.get_task("spark_batch")
+        return batch.packages, batch.jars
+
+    assert submitted("with_jars") == (None, ",".join(str(f) for f in files))
+    files[1].unlink()
+    assert submitted("with_packages") == (DELTA_PACKAGE, None)
