@@ -3,6 +3,8 @@ boundary followed by a re-run leaving exactly the tables of a clean run."""
 
 import shutil
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from harness import AGGREGATES, frame, in_parallel, results
@@ -213,3 +215,62 @@ def test_two_runners_of_one_batch_at_once_commit_it_once(spark, warehouse):
     for i in range(2):
         run(rt, clean, i)
     assert results(rt, p) == results(rt, clean)
+
+
+def test_a_delta_conflict_is_a_lost_race_by_its_class(spark, tmp_path):
+    """What the runners above meet inside Delta: two writers replace one partition, the second
+    committing while the first still writes (its record waits in a UDF until then), so the
+    first's commit conflicts. ``lost_race`` takes that for a lost race by its class, as PySpark
+    hands it over (a Py4JJavaError) and as delta-spark's converter makes it (``delta.exceptions``);
+    other errors are not."""
+    import delta.exceptions
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import AnalysisException
+    from pyspark.errors.exceptions import captured
+    from pyspark.sql import functions as F
+
+    from framework.storage.writes import lost_race
+
+    path, started, landed = str(tmp_path / "t"), tmp_path / "started", tmp_path / "landed"
+    spark.createDataFrame([(1, 0)], "p int, v int").write.format("delta").partitionBy("p").save(path)
+
+    @F.udf("int")
+    def held(v):
+        started.touch()
+        for _ in range(1200):  # at most two minutes
+            if landed.exists():
+                break
+            time.sleep(0.1)
+        return v
+
+    def replace_partition(rows):
+        rows.write.format("delta").mode("overwrite").option("replaceWhere", "p = 1").save(path)
+
+    with ThreadPoolExecutor(1) as pool:
+        first = spark.createDataFrame([(1, 1)], "p int, v int").select("p", held("v").alias("v"))
+        replacing = pool.submit(replace_partition, first)  # its transaction read the table before its record
+        for _ in range(1200):
+            if started.exists() or replacing.done():
+                break
+            time.sleep(0.1)
+        replace_partition(spark.createDataFrame([(1, 2)], "p int, v int"))
+        landed.touch()
+        error = replacing.exception(300)
+    assert isinstance(error, Py4JJavaError), error
+    assert error.java_exception.getClass().getName() == "io.delta.exceptions.ConcurrentAppendException"
+    assert lost_race(error)
+
+    unconverted = captured.convert_exception
+    try:  # importing delta's converter makes PySpark convert Delta's conflicts from then on: undone below
+        from delta.exceptions.captured import _convert_delta_exception
+
+        converted = _convert_delta_exception(error.java_exception)
+    finally:
+        captured.convert_exception = unconverted
+    assert isinstance(converted, delta.exceptions.ConcurrentAppendException) and lost_race(converted)
+
+    with pytest.raises(AnalysisException) as retyped:  # a write refused for its schema
+        spark.createDataFrame([("x", 1)], "p string, v int").write.format("delta").mode("append").save(path)
+    with pytest.raises(Py4JJavaError) as unrelated:
+        spark._jvm.java.util.ArrayList().get(0)
+    assert not lost_race(retyped.value) and not lost_race(unrelated.value)

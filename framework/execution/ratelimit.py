@@ -55,12 +55,16 @@ from . import eviction
 from .batch import Batch, Effect, Limited, buffer_stats, finished, merges, partial_names, partials
 from .engine import assign
 
-# Columns of the fold, in this module only. In: an event's kind (stored entry 0, update 1, tick 2),
+# Columns of the fold, in this module only. In: an event's kind (KIND, below),
 # whether a row is an update (TOUCH), the group folded together. Out (CHANGES): what happened
 # (put, emit, keep) at which position, the stream time then, the threshold an entry left at (when
 # a per-key fold cannot place it), the update holding its value (REF, its position, and REF_STEP,
 # its step there), and the entry.
 KIND, GROUP = "_kind", "_g"
+# The kinds of fold input (KIND): an entry the buffer held before the batch (loaded first), an
+# update (``eviction.Update``), and, for an eager buffer, a tick per record of the batch (the
+# stream time after it, ``eviction.Tick``). At one arrival position the update folds first.
+STORED, UPDATE, TICK = 0, 1, 2
 WHAT, STREAM_TIME, THRESHOLD, REF, REF_STEP = "_what", "_st", "_thr", "_ref", "_ref_step"
 CHANGES = (
     f"{WHAT} string, {POS} long, {STREAM_TIME} long, {THRESHOLD} long, {REF} long, {REF_STEP} long, "
@@ -162,13 +166,13 @@ def _buffered(b: Batch, ups: DataFrame, stored: DataFrame, limit_ms: int, eager:
     base = [*carried, BUFFER_TIME, SIZE, ENTRY_KEY]
     members = stored.select(
         *base,
-        F.lit(0).alias(KIND),
+        F.lit(STORED).alias(KIND),
         *[F.lit(None).cast("long").alias(c) for c in (POS, STEP, STREAM_BEFORE, STREAM_AFTER)],
-    ).unionByName(ups.select(*base, F.lit(1).alias(KIND), POS, STEP, STREAM_BEFORE, STREAM_AFTER))
+    ).unionByName(ups.select(*base, F.lit(UPDATE).alias(KIND), POS, STEP, STREAM_BEFORE, STREAM_AFTER))
     if eager:  # the oldest entry of any key leaves when full: one fold over the batch in arrival order
         ticks = b.records.select(
             *[F.lit(None).cast(members.schema[c].dataType).alias(c) for c in base],
-            F.lit(2).alias(KIND),
+            F.lit(TICK).alias(KIND),
             F.col(ARRIVAL_POS).alias(POS),
             F.lit(None).cast("long").alias(STEP),
             F.lit(None).cast("long").alias(STREAM_BEFORE),
@@ -325,7 +329,7 @@ def _fold(
         return r[ENTRY_KEY], r.get("window_start") or 0, r.get("window_end") or 0
 
     def event(r: dict) -> eviction.Update | eviction.Tick:
-        if r[KIND] == 2:
+        if r[KIND] == TICK:
             return eviction.Tick(int(r[POS]), int(r[STREAM_AFTER]))
         return eviction.Update(
             tuple(r[c] for c in carried),
@@ -348,11 +352,11 @@ def _fold(
             buf.load(
                 eviction.Entry(tuple(r[c] for c in carried), entry_order(r), int(r[BUFFER_TIME]), int(r[SIZE]))
                 for r in rows
-                if r[KIND] == 0
+                if r[KIND] == STORED
             )
             events = [
                 event(r)
-                for r in sorted((r for r in rows if r[KIND] != 0), key=lambda r: (r[POS], r[KIND], r[STEP] or 0))
+                for r in sorted((r for r in rows if r[KIND] != STORED), key=lambda r: (r[POS], r[KIND], r[STEP] or 0))
             ]
             out += [
                 (

@@ -12,9 +12,20 @@
 
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
+from delta.exceptions import (  # the base classes: importing them converts no Java exception
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
 from delta.tables import DeltaTable
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
 from .commitlog import commits_after
@@ -147,13 +158,53 @@ class Interleaved(Exception):
     """Another attempt's commit landed between a write and the version it was based on."""
 
 
+# Delta's commit conflicts as delta-spark's Python classes (no common base among them). A
+# conflict arrives as one of these only where ``delta.exceptions.captured`` was imported, which
+# makes PySpark convert Delta's Java conflicts; elsewhere it arrives as a Py4JJavaError.
+CONFLICTS = (
+    DeltaConcurrentModificationException,
+    ConcurrentWriteException,
+    ConcurrentAppendException,
+    ConcurrentDeleteReadException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentTransactionException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
+# The Java class every Delta commit conflict extends: io.delta.exceptions.* and the
+# org.apache.spark.sql.delta.* classes of the same names.
+JVM_CONFLICT = "org.apache.spark.sql.delta.DeltaConcurrentModificationException"
+
+
 def lost_race(error: BaseException) -> bool:
-    """Whether ``error`` is a write that lost to another writer (Delta's Concurrent*, a
-    metadata change, or ``Interleaved``): the write may be tried again."""
-    text = type(error).__name__ + str(error)[:500]
-    return (
-        isinstance(error, Interleaved) or "Concurrent" in text or "MetadataChanged" in text or "ProtocolChanged" in text
-    )
+    """Whether ``error`` is a write that lost to another writer: the write may be tried again.
+    That is ``Interleaved``, or a Delta commit conflict (another commit appended, deleted or
+    wrote what this one read, changed the table's metadata or protocol, or took its transaction
+    id): one of ``CONFLICTS``, or a Py4JJavaError whose Java exception, or a cause of it, is a
+    ``JVM_CONFLICT``. Decided by class, never by message."""
+    if isinstance(error, (Interleaved, *CONFLICTS)):
+        return True
+    return isinstance(error, Py4JJavaError) and any(_is_conflict(t) for t in _causes(error.java_exception))
+
+
+def _causes(throwable: Any) -> Iterator[Any]:
+    """A Java throwable (a Py4J object) and its causes, outermost first."""
+    for _ in range(16):  # a cause chain is short; this bounds a cyclic one
+        if throwable is None:
+            return
+        yield throwable
+        throwable = throwable.getCause()
+
+
+def _is_conflict(throwable: Any) -> bool:
+    """Whether a Java throwable's class is ``JVM_CONFLICT`` or extends it (read by name: no
+    class is loaded)."""
+    cls = throwable.getClass()
+    while cls is not None:
+        if cls.getName() == JVM_CONFLICT:
+            return True
+        cls = cls.getSuperclass()
+    return False
 
 
 def version_of(history: list, tag: str) -> int | None:
