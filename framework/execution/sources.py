@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Callable
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -141,21 +140,12 @@ def check_drift(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: str 
             )
 
 
-def read_batch(
-    p: Pipeline,
-    batch_id: str,
-    df: DataFrame,
-    latest_ms: int | None = None,
-    cache: Callable[[DataFrame], DataFrame] = lambda df: df,
-) -> BatchInput:
+def read_batch(p: Pipeline, batch_id: str, df: DataFrame, latest_ms: int | None = None) -> BatchInput:
     """Validate ``df`` for pipeline ``p`` and add ``TS``; raises InputError on bad input
     (``check_drift`` compares the types with earlier batches').
 
     ``latest_ms`` is the latest plausible event time (the clock plus the allowed skew): one
     record from the far future would advance stream time and close every open window.
-
-    ``cache`` keeps the records (with ``TS``) for the batch's later reads; the checks' pass
-    over them fills it.
 
     Records failing a ``record_checks`` check refuse the batch, naming the first few of them,
     unless the pipeline quarantines bad records (``bad_records="quarantine"``): then they are
@@ -165,7 +155,7 @@ def read_batch(
     raw = F.col(p.timestamp)
     is_text = isinstance(df.schema[p.timestamp].dataType, T.StringType)
     parsed = F.try_to_timestamp(raw) if is_text else raw.cast("timestamp")
-    frame = cache(df.withColumn(TS, F.floor(F.unix_micros(parsed) / 1000).cast("long")))
+    frame = df.withColumn(TS, F.floor(F.unix_micros(parsed) / 1000).cast("long"))
     checks = record_checks(p, latest_ms)
     bad = F.lit(False)
     for check in checks:

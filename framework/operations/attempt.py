@@ -162,15 +162,15 @@ class BatchAttempt:
     def _run(self, input_df: DataFrame, batch_end: dt.datetime | None) -> BatchResult:
         """The protocol's steps (see the module docstring), in order."""
         started_at = time.monotonic()
+        inp = self._read(input_df, batch_end)
+        pending = self._finish_previous()
+        done = self._already_committed(inp)
+        if done is not None:
+            return done
+        self._check(pending)
+        files.put_text(self.s.spark, f"{self.staging}/{ATTEMPTED}", self.batch_id)
         kept = Kept()
         try:
-            inp = self._read(input_df, batch_end, kept)
-            pending = self._finish_previous()
-            done = self._already_committed(inp)
-            if done is not None:
-                return done
-            self._check(pending)
-            files.put_text(self.s.spark, f"{self.staging}/{ATTEMPTED}", self.batch_id)
             self.steps.step = "reading state and planning"
             assert self.seen is not None  # read in step 1
             planned = plan(self.s, self.steps, self.p, self.t, self.seq, inp, self.last, self.seen[1], batch_end, kept)
@@ -203,15 +203,13 @@ class BatchAttempt:
         )
 
     # ---- 1. the ledger, the input, the previous publication and the checks ----------------------
-    def _read(self, input_df: DataFrame, batch_end: dt.datetime | None, kept: Kept) -> BatchInput:
-        """Read the ledger and validate the input at once; check the input's schema drift. The
-        input is cached as validation reads it, so planning, counting and the late records
-        read it from memory, not from its source again."""
+    def _read(self, input_df: DataFrame, batch_end: dt.datetime | None) -> BatchInput:
+        """Read the ledger and validate the input at once; check the input's schema drift."""
         (self.seen, self.rows), inp = self.steps.concurrently(
             {
                 "reading the ledger": lambda: self.ledgers.read(self.t.state),
                 "validating the input": lambda: read_batch(
-                    self.p, self.batch_id, input_df, self.s.latest_ms(batch_end), cache=kept
+                    self.p, self.batch_id, input_df, self.s.latest_ms(batch_end)
                 ),
             }
         )
