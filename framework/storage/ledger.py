@@ -186,8 +186,8 @@ class Ledgers:
         known = self._known.get(path)
         if known is None:
             return None
-        rows = known[1]
-        return lambda: next((r.late_schema for r in sorted(rows, key=lambda r: -r.seq) if r.late_schema), None)
+        with_late = [r for r in known[1] if r.late_schema]
+        return lambda: max(with_late, key=lambda r: r.seq).late_schema if with_late else None
 
     def appended(self, path: str, seen: tuple[str, int, int], rows: list[LedgerRow], row: LedgerRow, made: int) -> None:
         """Remember that commit ``made`` appended ``row`` to the ledger read as ``seen``, ``rows``."""

@@ -83,20 +83,21 @@ def spark_session(
         **(s3_support.conf() if on_s3 else {}),
         **(conf or {}),
     )
-    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit's --jars/--packages gave the jars
     packages = [jars.DELTA_PACKAGE, *(s3_support.packages() if on_s3 else [])]
     given = [j for j in settings.get("spark.jars", "").split(",") if j]
-    resolved = None if submitted else jars.recorded(packages)
-    if resolved is not None:  # no Ivy resolution at start-up: the files it gave before
+    resolving = False
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # spark-submit's --jars/--packages gave the jars
+        settings.pop("spark.jars", None)  # it would replace the list spark-submit gave the executors
+    elif (resolved := jars.recorded(packages)) is not None:  # the files Ivy gave before: no resolution
         settings["spark.jars"] = ",".join([*resolved, *given])
-    if submitted:
-        settings.pop("spark.jars", None)  # would replace the list spark-submit gave the executors
+    else:
+        resolving = True
     for key, value in settings.items():
         builder = builder.config(key, value)
-    if resolved is None and not submitted:
+    if resolving:
         builder = configure_spark_with_delta_pip(builder, extra_packages=packages[1:])
     spark = builder.getOrCreate()
-    if resolved is None and not submitted:  # Ivy resolved them as this JVM started: record them
+    if resolving:  # Ivy resolved them as this JVM started: record them
         jars.record(packages, spark.sparkContext.getConf().get("spark.jars", ""), given)
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
     jvm = spark.sparkContext._jvm
