@@ -32,9 +32,15 @@ class SkippedIntervalError(BatchOrderError):
     """A job's batch does not start where the last committed batch's interval ended: the
     records of the interval between (``missing``, start and end) would never be read."""
 
+    JOB = "<job>"  # the job file in the command the message names, until a caller knows it
+
     def __init__(self, message: str, missing: tuple[dt.datetime, dt.datetime]):
         super().__init__(message)
         self.missing = missing
+
+    def for_job(self, job: str) -> SkippedIntervalError:
+        """The same refusal, its command naming the job file the caller ran."""
+        return SkippedIntervalError(str(self).replace(self.JOB, job), self.missing)
 
 
 class FingerprintMismatchError(FrameworkError):

@@ -7,11 +7,34 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 
+# The files that take longest, slowest first (--durations of a full run): two workers take whole
+# files (--dist loadfile) in collection order, so a long file started last would run alone at the end.
+SLOWEST_FIRST = (
+    "test_rate_limit.py",
+    "test_rate_limit_properties.py",
+    "test_examples.py",
+    "test_replay.py",
+    "test_airflow.py",
+    "test_operations.py",
+    "test_retention.py",
+    "test_exactly_once.py",
+    "test_airflow_scheduler.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     from framework import spark_session
 
-    # Test batches hold a handful of rows: compiling whole-stage code costs more than it saves.
+    # Test batches hold a handful of rows, and CI is CPU-bound (two workers on two cores): a tiny
+    # batch spent over half its JVM CPU compiling. Spark's generated code (whole-stage and per
+    # expression) is off, interpreted expressions do the work, and the JIT stops at its quick
+    # tier (C1): a tiny tumbling batch took 9.4 CPU-seconds with both on, 4.6 with both off.
     # One JVM serves a worker's share of the suite (half an hour of Delta tables): Spark's 1 GiB
     # default heap ran out near the end of CI and stopped the SparkContext under the last tests.
     # Catalog schemas (test_catalog) get their folders in a tmp dir, not in the checkout.
@@ -23,6 +46,8 @@ def spark(tmp_path_factory):
         s3=True,
         conf={
             "spark.sql.codegen.wholeStage": "false",
+            "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC",
             "spark.driver.memory": "4g",
             "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("spark-warehouse")),
         },

@@ -3,6 +3,7 @@ and ``describe`` are in ``tests/unit/test_cli_arguments.py``, ``status`` in ``te
 
 import datetime as dt
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -27,9 +28,21 @@ def test_backfill_status_validate(spark, tmp_path, capsys, monkeypatch):
     paths = ["--warehouse", warehouse, "--landing", landing]
     backfill = ["backfill", ALERTS, "--from", START.isoformat(), "--to", END.isoformat(), *paths]
 
+    # A run that skips 01:00 is refused, naming the command that brings its records in; that
+    # command, then the backfill, give the table of a run that never skipped (checked at the end).
+    assert main(["run", ALERTS, "--batch-start", "2026-01-01T00:00", *paths]) == 0
+    assert main(["run", ALERTS, "--batch-start", "2026-01-01T02:00", *paths]) == 1
+    refused = capsys.readouterr().err
+    named = re.search(r"\((finalresults backfill \S+ --from \S+ --to \S+),", refused)
+    assert (
+        named
+        and named.group(1) == f"finalresults backfill {ALERTS} --from 2026-01-01T01:00:00 --to 2026-01-01T02:00:00"
+    )
+    assert main([*shlex.split(named.group(1))[1:], *paths]) == 0
     assert main(backfill) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split(": ")[1].split(" (")[0] for line in out[:-1]] == ["committed"] * 3
+    states = [line.split(": ")[1].split(" (")[0] for line in out if not line.startswith("backfill ")]
+    assert states == ["committed", "already committed", "already committed", "committed"], out
     assert main(backfill) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line.split(": ")[1].split(" (")[0] for line in out[:-1]] == ["already committed"] * 3

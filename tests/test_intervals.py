@@ -9,7 +9,7 @@ import pytest
 from harness import frame, results
 from test_exactly_once import BATCHES, pipeline
 
-from framework import Runtime, SkippedIntervalError
+from framework import BatchOrderError, Runtime, SkippedIntervalError
 
 EPOCH = dt.datetime(1970, 1, 1)
 HOURS = [EPOCH + dt.timedelta(milliseconds=10 * i) for i in range(4)]  # three 10 ms intervals
@@ -47,6 +47,11 @@ def test_a_gap_the_caller_intends_runs_and_direct_batches_keep_todays_rule(spark
     p = pipeline("gap")
     rt = Runtime(spark, str(tmp_path / "lake"), quality=False)
     _run(rt, p, 0)
+    overlapping = frame(spark, BATCHES[1], len(BATCHES[0]))
+    with pytest.raises(
+        BatchOrderError, match=r"starts at 1970-01-01 00:00:00.005000, before the last committed batch 'b0'"
+    ):
+        rt.run_batch(p, "b1", overlapping, batch_start=EPOCH + dt.timedelta(milliseconds=5), batch_end=HOURS[2])
     assert _run(rt, p, 2, allow_gap=True).status == "committed"  # b1's interval skipped on purpose
     direct = Runtime(spark, str(tmp_path / "direct"), quality=False)
     direct.run_batch(p, "b0", frame(spark, BATCHES[0]))  # no interval: nothing to check

@@ -267,13 +267,21 @@ class BatchAttempt:
             return
         ended = to_datetime(last.interval_end)
         assert ended is not None  # interval_end is set
+        where, previous = self.steps.where, f"the last committed batch {last.batch_id!r} (seq {last.seq})"
+        if start < last.interval_end:
+            raise BatchOrderError(
+                f"{where}: this batch starts at {interval[0]}, before {previous} ended ({ended}): the records "
+                f"of [{interval[0]}, {ended}) were read by that batch and would be counted twice. Nothing was "
+                "written. Run the interval that starts at the last one's end; or, if the overlap is intended, "
+                "run this batch with --allow-gap."
+            )
         missing = (ended, interval[0])
         raise SkippedIntervalError(
-            f"{self.steps.where}: the interval [{missing[0]}, {missing[1]}) was never run: the last committed batch "
-            f"{last.batch_id!r} (seq {last.seq}) ended at {missing[0]} and this batch starts at {missing[1]}, so the "
-            "records that arrived in between would be skipped. Nothing was written. Run that interval first "
-            f"(finalresults backfill <job> --from {missing[0].isoformat()} --to {missing[1].isoformat()}), then this "
-            "batch; or, if the gap is intended, run this batch with --allow-gap.",
+            f"{where}: the interval [{missing[0]}, {missing[1]}) was never run: {previous} ended at {missing[0]} "
+            f"and this batch starts at {missing[1]}, so the records that arrived in between would be skipped. "
+            f"Nothing was written. Run that interval first (finalresults backfill {SkippedIntervalError.JOB} "
+            f"--from {missing[0].isoformat()} --to {missing[1].isoformat()}, with this run's --warehouse, "
+            "--landing and --catalog), then this batch; or, if the gap is intended, run this batch with --allow-gap.",
             missing,
         )
 

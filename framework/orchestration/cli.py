@@ -139,6 +139,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 args.landing,
                 args.catalog,
                 args.allow_gap,
+                args.job,
             )
         )
     )
@@ -155,13 +156,14 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     for n, (start, end) in enumerate(todo, 1):
         try:
             result = run_interval(
-                spark, job.PIPELINE, job.LANDING, start, end, args.warehouse, args.landing, args.catalog
+                spark, job.PIPELINE, job.LANDING, start, end, args.warehouse, args.landing, args.catalog, job=args.job
             )
-        except FrameworkError as e:
-            raise type(e)(
+        except FrameworkError as e:  # the same error, its message saying where the backfill stopped
+            e.args = (
                 f"{e} (backfill stopped at batch {batch_id(start)}; earlier batches are committed "
-                "and are skipped when the backfill is run again)"
-            ) from e
+                "and are skipped when the backfill is run again)",
+            )
+            raise
         print(summary(result), flush=True)
         progress(n, len(todo), worked=result.status == "committed")
         results.append(result)

@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Callable
 
 from ..definition.pipeline import Pipeline
-from ..errors import FrameworkError
+from ..errors import FrameworkError, SkippedIntervalError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -155,17 +155,22 @@ def run_interval(
     landing: str,
     catalog: str | None = None,
     allow_gap: bool = False,
+    job: str | None = None,
 ) -> BatchResult:
     """Run the batch of ``pipeline`` for the data interval ``[start, end)`` of landing ``table``
     (its tables kept in catalog schema ``catalog`` too, if given); it must start where the last
-    committed interval ended unless ``allow_gap``."""
+    committed interval ended unless ``allow_gap``. ``job``, the job file run, goes into the
+    command a refusal for a skipped interval names."""
     from ..operations.runtime import Runtime
 
     check_interval(pipeline, start, end)
     records = read_landing(spark, landing, table, start, end)
-    return Runtime(spark, warehouse, catalog=catalog).run_batch(
-        pipeline, batch_id(start), records, batch_end=end, batch_start=start, allow_gap=allow_gap
-    )
+    try:
+        return Runtime(spark, warehouse, catalog=catalog).run_batch(
+            pipeline, batch_id(start), records, batch_end=end, batch_start=start, allow_gap=allow_gap
+        )
+    except SkippedIntervalError as e:
+        raise (e.for_job(job) if job else e) from None
 
 
 def replay_intervals(
@@ -287,7 +292,9 @@ def main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> int:
         check_interval(pipeline, start, end)
         spark = spark_session(f"finalresults-{pipeline.name}", metastore=args.metastore)
         allow_gap = args.allow_gap.strip().lower() in ("true", "1", "yes")
-        ran = run_interval(spark, pipeline, table, start, end, args.warehouse, args.landing, args.catalog, allow_gap)
+        ran = run_interval(
+            spark, pipeline, table, start, end, args.warehouse, args.landing, args.catalog, allow_gap, sys.argv[0]
+        )
         print(summary(ran))
         print(gate_summary(after_run(spark, pipeline, args.warehouse, ran, args.run_id)))
         return 0
