@@ -69,6 +69,8 @@ def test_the_index_lists_the_validations_styled_without_network(data_docs, offli
         "2026-01-01T01:00:00",
         "2026-01-01T02:00:00",
     }
+    # GX names a validated DataFrame no asset; the framework names the results table
+    assert {listed.nth(i).locator("td").nth(3).inner_text() for i in range(2)} == {"user_alerts/user_alert_windows"}
     icons = page.locator("i.ge-success-icon, i.ge-failed-icon, i.fas")
     assert {icons.nth(i).evaluate("e => getComputedStyle(e, '::before').content") for i in range(icons.count())} >= {
         '"✔"',
@@ -86,6 +88,9 @@ def test_a_validation_page_shows_what_failed_without_network(data_docs, offline_
     [failed] = (data_docs / "validations").glob("*/2026-01-01T02:00:00/*/*.html")
     page.goto(failed.as_uri())
     assert "Failed" in page.locator(".alert-secondary").first.inner_text()
+    text = page.inner_text("body")
+    assert "Data asset: user_alerts/user_alert_windows" in text and "2026-01-01T02:00:00" in text
+    assert "<DATAFRAME>" not in text and "Data asset: None" not in text
     assert "expect_column_values_to_not_be_null" in page.content() or "values must never be null" in page.content()
     assert page.locator("nav.navbar").first.evaluate("n => getComputedStyle(n).display") == "flex"  # Bootstrap 4
     assert refused == []

@@ -26,13 +26,13 @@ from pathlib import Path
 
 import great_expectations as gx
 import pandas as pd
-from great_expectations.checkpoint import UpdateDataDocsAction
 from great_expectations.core.run_identifier import RunIdentifier
 from great_expectations.data_context.types.base import (
     DataContextConfig,
     InMemoryStoreBackendDefaults,
     ProgressBarsConfig,
 )
+from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, FloatType
@@ -175,9 +175,10 @@ def _context(root: str | None):
     return gx.get_context(mode="ephemeral", project_config=config)
 
 
-def _checkpoint(context, suite: gx.ExpectationSuite, docs: bool, engine: str):
+def _checkpoint(context, suite: gx.ExpectationSuite, engine: str):
     """A checkpoint validating a whole DataFrame of ``engine`` (``spark`` or ``pandas``) against
-    ``suite``, saved in ``context``."""
+    ``suite``, saved in ``context``. It builds no Data Docs: ``_document`` does, once the result
+    names what was validated."""
     source = context.data_sources.all().get(engine) or getattr(context.data_sources, f"add_{engine}")(engine)
     try:
         asset = source.get_asset(suite.name)
@@ -191,15 +192,27 @@ def _checkpoint(context, suite: gx.ExpectationSuite, docs: bool, engine: str):
     definition = context.validation_definitions.add_or_update(
         gx.ValidationDefinition(name=f"{suite.name}.{engine}", data=batches, suite=suite)
     )
-    actions = [UpdateDataDocsAction(name="data_docs", site_names=[SITE])] if docs else []
     return context.checkpoints.add_or_update(
-        gx.Checkpoint(
-            name=f"{suite.name}.{engine}",
-            validation_definitions=[definition],
-            actions=actions,
-            result_format=RESULT_FORMAT,
-        )
+        gx.Checkpoint(name=f"{suite.name}.{engine}", validation_definitions=[definition], result_format=RESULT_FORMAT)
     )
+
+
+def _document(context, identifier, result, p: Pipeline, batch_id: str | None) -> str | None:
+    """Data Docs for one stored validation result; the URL of its page.
+
+    GX describes a DataFrame it validated as ``<DATAFRAME>`` of no asset (its page read "Data
+    asset: None"), so the stored result first gets the names a reader knows: the results table
+    (``<pipeline>/<table>``) and the batch.
+    """
+    batch = batch_id or WHOLE_TABLE
+    result.meta["batch_spec"] = {"data_asset_name": f"{p.name}/{p.sink}", "batch": batch}
+    result.meta["batch_parameters"] = {"batch": batch}
+    context.validation_results_store.set(identifier, result)
+    context.build_data_docs(
+        site_names=[SITE], resource_identifiers=[identifier, ExpectationSuiteIdentifier(name=result.suite_name)]
+    )
+    urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=SITE)
+    return urls[0]["site_url"] if urls else None
 
 
 def _number(value):
@@ -284,17 +297,17 @@ def _run(
         with _GX_LOCK:
             context = _context(root)
             started = time.time()
-            run = _checkpoint(context, suite, root is not None, engine).run(
+            run = _checkpoint(context, suite, engine).run(
                 batch_parameters={"dataframe": data},
                 run_id=RunIdentifier(run_name=batch_id or WHOLE_TABLE, run_time=now),
             )
             [(identifier, result)] = run.run_results.items()
-            urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=SITE) if root else []
+            docs = None
             if root:
+                docs = _document(context, identifier, result, p, batch_id)
                 datadocs.make_offline(Path(root) / "data_docs", since=started)
     finally:
         frame.unpersist()
-    docs = urls[0]["site_url"] if urls else None
     report = Report(suite.name, batch_id, tuple(_check(r) for r in result.results), now, docs)
     if warehouse_root:
         _persist(spark, p, report, root or warehouse_root)
