@@ -108,6 +108,7 @@ def test_a_job_submitted_to_a_standalone_cluster_gives_the_final_rows_of_local_m
     from framework import Runtime
     from framework.orchestration.airflow import DELTA_PACKAGE
     from framework.orchestration.jobs import run_interval
+    from framework.storage import jars
     from framework.storage import s3 as s3_support
     from jobs import sample_data, user_alerts
 
@@ -116,6 +117,13 @@ def test_a_job_submitted_to_a_standalone_cluster_gives_the_final_rows_of_local_m
     on_cluster, local = s3.url("cluster_lake"), str(tmp_path / "local_lake")
     s3_conf = {**s3.spark_conf(), "spark.delta.logStore.s3a.impl": s3_support.LOGSTORE_CLASS}
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    packages = [DELTA_PACKAGE, *s3_support.packages()]
+    resolved = jars.recorded(packages)  # as a DAG submits: the files the install resolved, else Ivy
+    jar_arguments = (
+        ["--jars", ",".join([*resolved, str(s3_support.LOGSTORE_JAR)])]
+        if resolved
+        else ["--packages", ",".join(packages), "--jars", str(s3_support.LOGSTORE_JAR)]
+    )
     done = subprocess.run(
         [
             str(BIN / "spark-submit"),
@@ -123,10 +131,7 @@ def test_a_job_submitted_to_a_standalone_cluster_gives_the_final_rows_of_local_m
             cluster,
             "--deploy-mode",
             "client",
-            "--packages",
-            ",".join([DELTA_PACKAGE, *s3_support.packages()]),
-            "--jars",
-            str(s3_support.LOGSTORE_JAR),
+            *jar_arguments,
             *[arg for key, value in s3_conf.items() for arg in ("--conf", f"{key}={value}")],
             "--executor-memory",
             "512m",

@@ -49,7 +49,7 @@ def record(packages: Sequence[str], resolved: str, given: Sequence[str] = ()) ->
     jars the session was started with). Written whole, then renamed: readers see the old or
     the new recording, never half of one."""
     given_paths = {_path(j) for j in given}
-    paths = [path for path in (_path(j) for j in resolved.split(",") if j) if path not in given_paths]
+    paths = [path for path in dict.fromkeys(_path(j) for j in resolved.split(",") if j) if path not in given_paths]
     if not paths:
         return
     recording = _read() | {_key(packages): paths}

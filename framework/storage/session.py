@@ -98,7 +98,10 @@ def spark_session(
         builder = configure_spark_with_delta_pip(builder, extra_packages=packages[1:])
     spark = builder.getOrCreate()
     if resolving:  # Ivy resolved them as this JVM started: record them
-        jars.record(packages, spark.sparkContext.getConf().get("spark.jars", ""), given)
+        started = spark.sparkContext.getConf()
+        # Beside jars given in spark.jars, Spark lists the ones Ivy added in spark.repl.local.jars only.
+        found = [started.get(key, "") for key in ("spark.jars", "spark.repl.local.jars")]
+        jars.record(packages, ",".join(j for j in found if j), given)
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
     jvm = spark.sparkContext._jvm
     if metastore and jvm is not None:  # Derby's log goes beside its database, not into the working folder
