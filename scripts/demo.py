@@ -5,8 +5,10 @@ On a fresh machine (SQLite metadata database, local Spark, nothing running) it:
 1. points AIRFLOW_HOME at ``<root>/airflow`` and runs ``airflow db migrate``;
 2. creates the ``spark_default`` connection with master ``local[*]``;
 3. fills ``<root>/landing`` with a few hours of sample events, out-of-order and late ones included;
-4. runs the ``user_alerts`` DAG of ``dags/`` for consecutive hourly data intervals with
-   ``dag.test()`` (Airflow's own run loop: spark-submit task, then the quality gate);
+4. starts Airflow's api-server on a free loopback port and runs the ``user_alerts`` DAG of
+   ``dags/`` for consecutive hourly data intervals with ``dag.test(use_executor=True)``
+   (Airflow's own run loop, tasks run by the LocalExecutor as a scheduler's are: spark-submit,
+   then the quality gate), so each task's log is written where Airflow's UI reads it;
 5. prints the final results, the last batch's metrics (with their units), where everything is,
    and how to open the pipeline in Airflow's UI (the finalresults plugin) and log in.
 
@@ -24,9 +26,14 @@ import os
 import secrets
 import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,16 +66,62 @@ def _configure(root: Path) -> dict[str, str]:
         "FINALRESULTS_LANDING": str(root / "landing"),
         "FINALRESULTS_START": START.isoformat(),
     }
+    with socket.socket() as s:  # the runs' api-server: a free port, so a running Airflow is left alone
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     os.environ.update(
         {
             **shared,
-            "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+            # INFO: the task logs hold what spark-submit printed; the demo's console stays quiet,
+            # as the executor's task processes write to their log files
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+            # tasks run by the executor report to the api-server's execution API, with tokens
+            # that the demo signs and the api-server checks: one secret for both
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
             "PYSPARK_PYTHON": sys.executable,
         }
     )
     # dag.test() runs tasks through Starlette's test client, which warns about httpx on every run.
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
     return shared
+
+
+@contextmanager
+def _api_server(log: Path):
+    """Airflow's api-server on the port ``_configure`` chose, while the runs need it (the
+    tasks' execution API); its output goes to ``log``. Stopped, with its workers, on leaving."""
+    airflow = Path(sys.executable).with_name("airflow")
+    port = os.environ["AIRFLOW__API__PORT"]
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            [str(airflow), "api-server", "-H", "127.0.0.1", "-p", port],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if server.poll() is not None:
+                sys.exit(f"demo: airflow api-server exited; its log: {log}\n{log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    sys.exit(f"demo: airflow api-server did not answer within 300 s; its log: {log}")
+                time.sleep(2)
+        yield
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
 
 
 def _spark(log: Path):
@@ -96,8 +149,9 @@ def _run_intervals(dag, rt, pipeline, root: Path, hours: int):
             f"[4/5] Airflow runs {dag.dag_id} for [{begin}, {end}): spark_batch (spark-submit), then quality_gate",
             flush=True,
         )
-        # dag.test() infers the data interval that ends at the logical date, as a manual run does.
-        run = dag.test(logical_date=end.replace(tzinfo=dt.timezone.utc))
+        # dag.test() infers the data interval that ends at the logical date, as a manual run does;
+        # the executor runs each task in a process of its own, which writes the task's log file.
+        run = dag.test(logical_date=end.replace(tzinfo=dt.timezone.utc), use_executor=True)
         _started_when_its_tasks_did(run)
         state = run.state
         if state != "success":
@@ -190,7 +244,8 @@ def run(root: Path, hours: int) -> int:
     print(f"      {counts['user_events']} records in {root / 'landing' / 'user_events'}", flush=True)
 
     rt = Runtime(spark, str(root / "warehouse"))
-    last = _run_intervals(_load_dags().user_alerts, rt, PIPELINE, root, hours)
+    with _api_server(root / "airflow" / "api-server.log"):
+        last = _run_intervals(_load_dags().user_alerts, rt, PIPELINE, root, hours)
     if last is None:
         return 1
     _report(rt, PIPELINE, last, root)

@@ -43,7 +43,8 @@ def _ran_hours_like_one_batch(spark, root, hours):
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # three spark-submits: minutes on a busy 2-core machine
 def test_three_airflow_runs_give_the_one_batch_final_rows(spark, tmp_path):
-    """The demo drives Airflow (db migrate, connection, dag.test per hour) on its own home."""
+    """The demo drives Airflow (db migrate, connection, an api-server, dag.test per hour with the
+    executor) on its own home; each task's log is a file where Airflow's UI reads it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "FINALRESULTS"))}
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "demo.py"), "--root", str(tmp_path), "--hours", "3"],
@@ -54,3 +55,9 @@ def test_three_airflow_runs_give_the_one_batch_final_rows(spark, tmp_path):
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     _ran_hours_like_one_batch(spark, tmp_path, 3)
+    logs = tmp_path / "airflow" / "logs" / "dag_id=user_alerts"
+    batches = sorted(logs.glob("run_id=*/task_id=spark_batch/attempt=1.log"))
+    assert len(batches) == 3, sorted(logs.rglob("*"))
+    for hour, log in enumerate(batches):  # run ids sort by logical date
+        assert f"batch 2026-01-01T0{hour}:00:00: committed" in log.read_text(), log.read_text()[-2000:]
+    assert len(list(logs.glob("run_id=*/task_id=quality_gate/attempt=1.log"))) == 3
