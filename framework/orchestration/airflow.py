@@ -212,6 +212,14 @@ def _gate(application: str, warehouse: str, outlet: Asset | None = None) -> Pyth
     )
 
 
+def _defined_by_caller(dag: DAG) -> DAG:
+    """``dag``, its file the DAG file that called the factory, as Airflow's ``@dag`` records it:
+    Airflow would name this module, and a task process run by an executor (``dag.test(use_executor=True)``
+    included) parses the DAG's file to find its task."""
+    dag.fileloc = sys._getframe(2).f_code.co_filename
+    return dag
+
+
 def pipeline_dag(
     job_module: str,
     schedule: timedelta | str | None = None,
@@ -324,7 +332,7 @@ def pipeline_dag(
             packages=packages,
         )
         batch >> _gate(application, warehouse, _results_asset(pipeline, warehouse))
-    return dag
+    return _defined_by_caller(dag)
 
 
 def replay_dag(
@@ -390,4 +398,4 @@ def replay_dag(
             packages=packages,
         )
         replay >> _gate(application, warehouse)
-    return dag
+    return _defined_by_caller(dag)

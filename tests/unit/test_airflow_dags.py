@@ -119,6 +119,8 @@ def test_a_cron_schedule_gets_a_cron_interval_timetable_and_a_job_s_timedelta_a_
         dag_id="page_sessions_by_job",
     )
     assert isinstance(by_job.timetable, DeltaDataIntervalTimetable)
+    # the DAG's file is the one that called the factory (an executor's task process parses it)
+    assert by_job.fileloc == __file__
 
 
 def test_a_replay_dag_submits_the_job_with_its_params_then_gates(dagbag):
