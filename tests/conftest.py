@@ -32,9 +32,9 @@ def spark(tmp_path_factory):
     from framework import spark_session
 
     # Test batches hold a handful of rows, and CI is CPU-bound (two workers on two cores): a tiny
-    # batch spent over half its JVM CPU compiling. Spark's generated code (whole-stage and per
-    # expression) is off, interpreted expressions do the work, and the JIT stops at its quick
-    # tier (C1): a tiny tumbling batch took 9.4 CPU-seconds with both on, 4.6 with both off.
+    # batch spent over half its JVM CPU in the JIT compiler. Whole-stage code is off and the JIT
+    # stops at its quick tier (C1). (Interpreted expressions everywhere, factoryMode=NO_CODEGEN,
+    # saved more but broke spark.catalog.listTables: EXPRESSION_DECODING_FAILED.)
     # One JVM serves a worker's share of the suite (half an hour of Delta tables): Spark's 1 GiB
     # default heap ran out near the end of CI and stopped the SparkContext under the last tests.
     # Catalog schemas (test_catalog) get their folders in a tmp dir, not in the checkout.
@@ -46,7 +46,6 @@ def spark(tmp_path_factory):
         s3=True,
         conf={
             "spark.sql.codegen.wholeStage": "false",
-            "spark.sql.codegen.factoryMode": "NO_CODEGEN",
             "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC",
             "spark.driver.memory": "4g",
             "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("spark-warehouse")),
