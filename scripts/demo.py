@@ -72,8 +72,8 @@ def _configure(root: Path) -> dict[str, str]:
     os.environ.update(
         {
             **shared,
-            # INFO: the task logs hold what spark-submit printed; the demo's console stays quiet,
-            # as the executor's task processes write to their log files
+            # INFO: the task logs hold what spark-submit printed (tasks read this level). The
+            # demo's own console shows Airflow's INFO lines of the run loop with it, too
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(port),
