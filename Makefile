@@ -4,8 +4,9 @@
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # Two workers, a test file each at a time: the Airflow, cluster and kill tests mostly wait on
-# their subprocesses, so the other worker's Spark tests fill the second core.
-PYTEST_ARGS ?= -q --durations=25 -n 2 --dist loadfile
+# their subprocesses, so the other worker's Spark tests fill the second core. Files start in
+# tests/conftest.py's order (slowest first), not xdist's (most tests first).
+PYTEST_ARGS ?= -q --durations=25 -n 2 --dist loadfile --no-loadscope-reorder
 
 .PHONY: install lint unit test demo bench bench-quick clean
 

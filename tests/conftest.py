@@ -32,9 +32,12 @@ def spark(tmp_path_factory):
     from framework import spark_session
 
     # Test batches hold a handful of rows, and CI is CPU-bound (two workers on two cores): a tiny
-    # batch spent over half its JVM CPU in the JIT compiler. Whole-stage code is off and the JIT
-    # stops at its quick tier (C1). (Interpreted expressions everywhere, factoryMode=NO_CODEGEN,
-    # saved more but broke spark.catalog.listTables: EXPRESSION_DECODING_FAILED.)
+    # batch spent over half its JVM CPU in the JIT compiler and most of the rest generating Java.
+    # So expressions are interpreted (no whole-stage or per-expression code generation) and the
+    # JIT stops at its quick tier (C1). JVM CPU of six example tests: 225 s by default, 197 s
+    # with C1, 191 s interpreted, 164 s both (bench/README.md#test-jvm). Interpreted rows cannot
+    # be decoded into Spark's catalog objects (spark.catalog.listTables fails with
+    # EXPRESSION_DECODING_FAILED): the framework and the tests use getTable and SHOW TABLES.
     # One JVM serves a worker's share of the suite (half an hour of Delta tables): Spark's 1 GiB
     # default heap ran out near the end of CI and stopped the SparkContext under the last tests.
     # Catalog schemas (test_catalog) get their folders in a tmp dir, not in the checkout.
@@ -46,6 +49,7 @@ def spark(tmp_path_factory):
         s3=True,
         conf={
             "spark.sql.codegen.wholeStage": "false",
+            "spark.sql.codegen.factoryMode": "NO_CODEGEN",
             "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC",
             "spark.driver.memory": "4g",
             "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("spark-warehouse")),

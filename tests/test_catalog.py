@@ -39,7 +39,8 @@ def test_tables_are_external_tables_of_the_schema(spark, tmp_path):
     by_name = spark.sql("SELECT k, window_start, n, emitted_batch_id FROM lake_a.cat_alert_windows").collect()
     by_path = rt.read_output(p).select("k", "window_start", "n", "emitted_batch_id").collect()
     assert len(by_path) == 3 and sorted(by_name) == sorted(by_path)
-    tables = {t.name: t for t in spark.catalog.listTables("lake_a")}
+    names = [r.tableName for r in spark.sql("SHOW TABLES IN lake_a").collect()]
+    tables = {name: spark.catalog.getTable(f"lake_a.{name}") for name in names}
     views = {
         "cat_alerts_ledger",
         "cat_alerts_window_state",

@@ -4,8 +4,8 @@ A table is a plain (non-windowed) table of the latest value per key, suppressed 
 ``until_time_limit``: records ``(offset, key, value, timestamp)``, the buffer's slots after each
 record as ``(key, value, buffer time)`` in eviction order, and the emissions as
 ``(key, value, offset of the record that made it leave)``. Each table runs twice: through the
-buffer itself (every slot checked), and through Spark and Delta as one batch and as one batch
-per record (the emitted rows, their stream time and their batch).
+buffer itself (every slot checked), and through Spark and Delta as one batch and as two, split
+in the middle (the emitted rows, their stream time and their batch).
 
 The framework's rule (docs/design.md#suppression) differs from the KIP's drawings in one respect: an
 update keeps the key's buffer time (the KIP draws the newer timestamp in the slot; Kafka's buffer
@@ -35,7 +35,7 @@ from framework.execution import eviction
 from framework.storage import tables
 
 FOREVER = td(days=365 * 100)
-# The KIP tables run in one module fixture: its setup is 46 tiny batches, longer than one test.
+# The KIP tables run in one module fixture: its setup is 39 tiny batches, longer than one test.
 pytestmark = pytest.mark.timeout(2400)
 STRING = "string"
 
@@ -77,7 +77,7 @@ def table(name, limit, buffer, records, slots, emits):
 
 @pytest.fixture(scope="module")
 def spark_runs(spark, tmp_path_factory):
-    """Every table through Spark and Delta, as one batch and as one batch per record, run
+    """Every table through Spark and Delta, as one batch and as two (``halves``), run
     concurrently (each run is a few tiny batches: most of their time is commit latency)."""
     lake = tmp_path_factory.mktemp("kip328")
 
@@ -86,7 +86,7 @@ def spark_runs(spark, tmp_path_factory):
         rt = Runtime(spark.newSession(), f"{lake}/{split}", quality=False)
         p = pipeline(name, limit, buffer)
         stream = [(k, ts, v) for k, v, ts in records]
-        last = run_stream(rt, p, [stream] if split == "one" else [[r] for r in stream], value_type=STRING)[-1]
+        last = run_stream(rt, p, [stream] if split == "one" else halves(stream), value_type=STRING)[-1]
         rows = []
         if tables.exists(rt.spark, rt.tables(p).output):
             rows = sorted(
@@ -97,17 +97,24 @@ def spark_runs(spark, tmp_path_factory):
             )
         return (name, split), (rows, last)
 
-    jobs = [lambda n=n, s=s: run(n, s) for n in TABLES for s in ("one", "each")]
+    jobs = [lambda n=n, s=s: run(n, s) for n in TABLES for s in ("one", "halves")]
     return dict(in_parallel(jobs, workers=6))
+
+
+def halves(stream):
+    """The stream as two batches, the second from the middle record on."""
+    return [stream[: len(stream) // 2], stream[len(stream) // 2 :]]
 
 
 def check(spark_runs, name):
     limit, buffer, records, slots, emits = TABLES[name]
     assert slots_and_emits(limit, buffer, records) == (slots, emits)
     times = [max(ts for _, _, ts in records[: i + 1]) for i in range(len(records))]
-    for split in ("one", "each"):
+    middle = len(records) // 2
+    for split in ("one", "halves"):
         rows, last = spark_runs[(name, split)]
-        assert rows == sorted((k, v, "b0000" if split == "one" else f"b{at:04d}", times[at]) for k, v, at in emits)
+        batch = {"one": lambda at: "b0000", "halves": lambda at: "b0000" if at < middle else "b0001"}[split]
+        assert rows == sorted((k, v, batch(at), times[at]) for k, v, at in emits)
         if split == "one":
             assert last.metrics["suppression_buffer_count_current"] == len(slots[-1])
             assert last.metrics["suppression_emit_total"] == len(emits)

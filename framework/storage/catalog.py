@@ -127,7 +127,7 @@ _LEGACY = {"window_state": "window_state", "ledger": "_ledger", "metrics": "metr
 
 
 def _is_view(spark: SparkSession, schema: str, name: str) -> bool:
-    return any(t.name == name and t.tableType == "VIEW" for t in spark.catalog.listTables(schema))
+    return spark.catalog.getTable(f"{schema}.{name}").tableType == "VIEW"
 
 
 def _check_location(spark: SparkSession, p: Pipeline, schema: str, name: str, path: str) -> None:
