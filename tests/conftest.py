@@ -7,17 +7,21 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 
-# The files that take longest, slowest first (--durations of a full run): two workers take whole
-# files (--dist loadfile) in collection order, so a long file started last would run alone at the end.
+# The files that take longest, slowest first (the last CI run's timings): two workers take whole
+# files (--dist loadfile, --no-loadscope-reorder) in this order, so a long file started last
+# would run alone at the end.
 SLOWEST_FIRST = (
-    "test_rate_limit.py",
     "test_rate_limit_properties.py",
-    "test_examples.py",
     "test_replay.py",
-    "test_airflow.py",
-    "test_operations.py",
-    "test_retention.py",
+    "test_rate_limit.py",
     "test_exactly_once.py",
+    "test_examples.py",
+    "test_retention.py",
+    "test_operations.py",
+    "test_status_page.py",
+    "test_airflow.py",
+    "test_buffers.py",
+    "test_s3.py",
     "test_airflow_scheduler.py",
 )
 
