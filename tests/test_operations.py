@@ -35,6 +35,9 @@ def _offset(index):
 
 
 _CLEAN = {}
+# The pipeline of the tests that compare with a clean run: one name, so that the clean runs of
+# the same input are one run (``_clean``), not one per test.
+SHARED = "ops"
 
 
 def _clean(spark, tmp_path_factory, p, batches=BATCHES):
@@ -143,7 +146,7 @@ def test_a_retry_beside_a_live_first_attempt_writes_the_batch_once(
 ):
     """The first attempt stops before ``paused_at`` (a zombie); the retry runs the batch to its
     end; then the zombie goes on: it finds itself fenced out, and the tables are one attempt's."""
-    p = pipeline("overlap")
+    p = pipeline(SHARED)
     retry_batch = FIXED_B1 if retry_input == "corrected" else BATCHES[1]
     shared = f"{warehouse}/shared"
     run(Runtime(spark, shared, quality=False), p, 0)
@@ -155,7 +158,7 @@ def test_a_retry_beside_a_live_first_attempt_writes_the_batch_once(
     zombie.go.set()
     outcome = first()
     assert isinstance(outcome.get("error"), ConcurrentBatchError), outcome
-    assert "'overlap', batch 'b1'" in str(outcome["error"])
+    assert f"'{SHARED}', batch 'b1'" in str(outcome["error"])
     run(rt, p, 2)
     assert _committed(rt, p) == [(1, "b0"), (2, "b1"), (3, "b2")]
     assert snapshot(rt, p) == _clean(spark, tmp_path_factory, p, [BATCHES[0], retry_batch, BATCHES[2]])
@@ -164,7 +167,7 @@ def test_a_retry_beside_a_live_first_attempt_writes_the_batch_once(
 # ---- 3. other writers between a crash and its re-run, and during a batch ----------------------
 @pytest.mark.parametrize("crash_at", ["commit_point", "publish"])
 def test_maintenance_between_a_crash_and_the_rerun_changes_nothing(spark, warehouse, tmp_path_factory, crash_at):
-    p = pipeline("maintained")
+    p = pipeline(SHARED)
     lake = f"{warehouse}/lake"
     run(Runtime(spark, lake, quality=False), p, 0)
 
@@ -185,7 +188,7 @@ def test_maintenance_between_a_crash_and_the_rerun_changes_nothing(spark, wareho
 
 def test_maintenance_during_a_batch_changes_nothing(spark, warehouse, tmp_path_factory):
     """Properties and compaction land on every table while b1 plans, writes and commits."""
-    p = pipeline("busy")
+    p = pipeline(SHARED)
     lake = f"{warehouse}/lake"
     run(Runtime(spark, lake, quality=False), p, 0)
     other = spark.newSession()
@@ -222,7 +225,7 @@ def test_an_overflow_found_while_planning_fails_cleanly_and_corrected_input_runs
 def test_a_crashed_attempt_reruns_with_corrected_input(spark, warehouse, tmp_path_factory):
     """A batch that died after writing its state, before its commit point, is not pinned to its
     first input: the corrected input runs as if the first attempt had never been."""
-    p = pipeline("corrected")
+    p = pipeline(SHARED)
     lake = f"{warehouse}/lake"
     run(Runtime(spark, lake, quality=False), p, 0)
 
@@ -241,7 +244,7 @@ def test_a_crashed_attempt_reruns_with_corrected_input(spark, warehouse, tmp_pat
 def test_a_maintenance_commit_between_two_attempts_reads_lets_only_one_commit(spark, warehouse, tmp_path_factory):
     """Attempt 1 reads the ledger; OPTIMIZE and a property land on it; attempt 2 reads it (a
     later version, the same batches); attempt 1 commits, then attempt 2 tries: it is fenced out."""
-    p = pipeline("fenced")
+    p = pipeline(SHARED)
     lake = f"{warehouse}/lake"
     run(Runtime(spark, lake, quality=False), p, 0)
     first_paused, second_paused = _Paused("commit_point"), _Paused("commit_point")

@@ -109,7 +109,9 @@ def limit(b: Batch, effect: Effect) -> Effect:
     eager = isinstance(buf, EagerBufferConfig) and (buf.record_limit is not None or buf.byte_limit is not None)
     assert s.time_limit_ms is not None  # rate limiting is until_time_limit
     changes = _buffered(b, ups, stored, s.time_limit_ms, eager)
-    emits = _placed(b, changes.filter(f"{WHAT} = 'emit'"))
+    # read by the emitted rows and by the buffer's sizes: computed once (each read planned the
+    # placement's joins and window again: 8 s of a tiny batch's 36 s, two workers on two cores)
+    emits = _placed(b, changes.filter(f"{WHAT} = 'emit'")).localCheckpoint(eager=True)
     emitted = _with_values(emits, ups, stored, ident, values).select(
         *carried, *values, *([] if GONE in values else [F.lit(False).alias(GONE)]), F.col(STREAM_TIME).alias(EMITTED_AT)
     )
