@@ -72,9 +72,10 @@ def _configure(root: Path) -> dict[str, str]:
     os.environ.update(
         {
             **shared,
-            # INFO: the task logs hold what spark-submit printed (tasks read this level). The
-            # demo's own console shows Airflow's INFO lines of the run loop with it, too
-            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            # The console shows Airflow's warnings only (not its run loop's INFO lines); the
+            # tasks' loggers log INFO, so each task log holds what spark-submit printed
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+            "AIRFLOW__LOGGING__NAMESPACE_LEVELS": "airflow.task=INFO",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(port),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",

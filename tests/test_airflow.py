@@ -54,6 +54,8 @@ def test_three_airflow_runs_give_the_one_batch_final_rows(spark, tmp_path):
         timeout=1500,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for chatter in ("DagRun Finished", "Workload finished", "[DAG TEST]"):  # Airflow's INFO lines stay in the logs
+        assert chatter not in done.stdout + done.stderr, chatter
     _ran_hours_like_one_batch(spark, tmp_path, 3)
     logs = tmp_path / "airflow" / "logs" / "dag_id=user_alerts"
     batches = sorted(logs.glob("run_id=*/task_id=spark_batch/attempt=1.log"))
