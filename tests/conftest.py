@@ -7,22 +7,28 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 
-# The files that take longest, slowest first (the last CI run's timings): two workers take whole
-# files (--dist loadfile, --no-loadscope-reorder) in this order, so a long file started last
-# would run alone at the end.
+# The files that take longest, slowest first (a full run's --durations, summed per file): two
+# workers take whole files (--dist loadfile, --no-loadscope-reorder) in this order, so a long
+# file started last would run alone at the end.
 SLOWEST_FIRST = (
-    "test_rate_limit_properties.py",
     "test_replay.py",
     "test_rate_limit.py",
+    "test_rate_limit_properties.py",
     "test_exactly_once.py",
     "test_examples.py",
     "test_retention.py",
     "test_operations.py",
-    "test_status_page.py",
-    "test_airflow.py",
-    "test_buffers.py",
-    "test_s3.py",
     "test_airflow_scheduler.py",
+    "test_airflow.py",
+    "test_properties.py",
+    "test_buffers.py",
+    "test_kill.py",
+    "test_intervals.py",
+    "test_bench.py",
+    "test_s3.py",
+    "test_catalog.py",
+    "test_cluster.py",
+    "test_upgrade.py",
 )
 
 
