@@ -143,12 +143,12 @@ def _checkpointed_batches(path):
 
 
 def test_a_batch_checkpoints_one_table_not_all_of_them(spark, warehouse, monkeypatch):
-    """Each table is created with its own checkpoint interval (here 3 for ``_state`` and 4 for the
+    """Each table is created with its own checkpoint interval (here 3 for ``_state`` and 5 for the
     sink, scaled down from 13 and 17), so over 9 batches no batch checkpoints both (with one
     interval for both, batch 10 of 20 checkpointed both), and a table created by its first append
     has its interval too."""
     monkeypatch.setitem(tables.CHECKPOINT_INTERVALS, "_state", 3)
-    monkeypatch.setattr(tables, "OTHER_CHECKPOINT_INTERVAL", 4)
+    monkeypatch.setattr(tables, "OTHER_CHECKPOINT_INTERVAL", 5)
     rt, p = Runtime(spark, warehouse, quality=False), _pipeline("spread", TimeWindows.of_size_and_grace(10, 2))
     run_stream(rt, p, [[("A", 10 * i + 1, 1), ("B", 10 * i + 2, 1), ("A", 0, 1)] for i in range(2, 11)])
     t = rt.tables(p)
