@@ -110,11 +110,11 @@ def check(spark_runs, name):
     limit, buffer, records, slots, emits = TABLES[name]
     assert slots_and_emits(limit, buffer, records) == (slots, emits)
     times = [max(ts for _, _, ts in records[: i + 1]) for i in range(len(records))]
-    middle = len(records) // 2
+    second = len(halves(records)[0])  # the first record of the second half
     for split in ("one", "halves"):
         rows, last = spark_runs[(name, split)]
-        batch = {"one": lambda at: "b0000", "halves": lambda at: "b0000" if at < middle else "b0001"}[split]
-        assert rows == sorted((k, v, batch(at), times[at]) for k, v, at in emits)
+        batch = ["b0000" if split == "one" or at < second else "b0001" for _, _, at in emits]
+        assert rows == sorted((k, v, b, times[at]) for (k, v, at), b in zip(emits, batch))
         if split == "one":
             assert last.metrics["suppression_buffer_count_current"] == len(slots[-1])
             assert last.metrics["suppression_emit_total"] == len(emits)
