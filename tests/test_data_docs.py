@@ -15,6 +15,9 @@ PIPELINE = load_job(str(ROOT / "jobs" / "user_alerts.py")).PIPELINE
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking"]
 ARGS += ["--disable-component-update", "--disable-sync"]
+ICONS = """() => [...document.querySelectorAll("i.ge-success-icon, i.ge-failed-icon, i.fas")]
+    .map(e => getComputedStyle(e, "::before").content)"""
+ICONS_DRAWN = f"""() => {{ const drawn = ({ICONS})(); return drawn.includes('"✔"') && drawn.includes('"✖"'); }}"""
 
 
 def rows(spark, user):
@@ -71,11 +74,11 @@ def test_the_index_lists_the_validations_styled_without_network(data_docs, offli
     }
     # GX names a validated DataFrame no asset; the framework names the results table
     assert {listed.nth(i).locator("td").nth(3).inner_text() for i in range(2)} == {"user_alerts/user_alert_windows"}
-    icons = page.locator("i.ge-success-icon, i.ge-failed-icon, i.fas")
-    assert {icons.nth(i).evaluate("e => getComputedStyle(e, '::before').content") for i in range(icons.count())} >= {
-        '"✔"',
-        '"✖"',
-    }
+    # bootstrap-table may rebuild the rows after the first one shows (a detached icon has no style), so the
+    # icons are read in one pass inside the page, once both statuses are drawn
+    page.wait_for_function(ICONS_DRAWN, timeout=30_000)
+    icons = page.evaluate(ICONS)
+    assert set(icons) >= {'"✔"', '"✖"'}, icons
     assert "Segoe UI" in page.evaluate("getComputedStyle(document.body).fontFamily")  # Bootstrap's
     assert page.locator("#Validation-Results table").first.evaluate("t => getComputedStyle(t).borderCollapse") == (
         "collapse"
