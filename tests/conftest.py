@@ -5,6 +5,9 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+# The test JVMs' settings (JIT tier, interpreted expressions), for this process's sessions and
+# every child process's: see the file.
+os.environ["SPARK_CONF_DIR"] = os.path.join(os.path.dirname(__file__), "spark-conf")
 
 
 # The files that take longest, slowest first (a full run's --durations, summed per file): two
@@ -41,13 +44,7 @@ def pytest_collection_modifyitems(items):
 def spark(tmp_path_factory):
     from framework import spark_session
 
-    # Test batches hold a handful of rows, and CI is CPU-bound (two workers on two cores): a tiny
-    # batch spent over half its JVM CPU in the JIT compiler and most of the rest generating Java.
-    # So expressions are interpreted (no whole-stage or per-expression code generation) and the
-    # JIT stops at its quick tier (C1). JVM CPU of six example tests: 225 s by default, 197 s
-    # with C1, 191 s interpreted, 164 s both (bench/README.md#test-jvm). Interpreted rows cannot
-    # be decoded into Spark's catalog objects (spark.catalog.listTables fails with
-    # EXPRESSION_DECODING_FAILED): the framework and the tests use getTable and SHOW TABLES.
+    # The JIT tier and interpreted expressions come from tests/spark-conf/spark-defaults.conf.
     # One JVM serves a worker's share of the suite (half an hour of Delta tables): Spark's 1 GiB
     # default heap ran out near the end of CI and stopped the SparkContext under the last tests.
     # Catalog schemas (test_catalog) get their folders in a tmp dir, not in the checkout.
@@ -58,12 +55,9 @@ def spark(tmp_path_factory):
         master="local[2]",
         s3=True,
         conf={
-            "spark.sql.codegen.wholeStage": "false",
-            "spark.sql.codegen.factoryMode": "NO_CODEGEN",
             # two tasks per shuffle (one per core; still more than one partition): JVM CPU of a
             # tiny batch, tumbling 4.7 -> 4.1 s, rate-limited 12.8 -> 11.7 s against four
             "spark.sql.shuffle.partitions": "2",
-            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC",
             "spark.driver.memory": "4g",
             "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("spark-warehouse")),
         },

@@ -48,11 +48,10 @@ def meet(step, wait=True):
             sys.exit(f"the other runner never reached {{step!r}}")
         time.sleep(0.002)
 
-# conftest's settings on one core, no C2 compiler, serial GC: a short-lived JVM would spend most
-# of its CPU compiling
+# on one core with one shuffle partition (the JIT tier and interpreted expressions come from
+# tests/spark-conf, as for every test JVM)
 spark = spark_session("racer" + me, master="local[1]", conf={{
-    "spark.sql.codegen.wholeStage": "false", "spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1",
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1",
     **json.loads(os.environ.get("FINALRESULTS_TEST_CONF", "{{}}"))}})  # test_s3: the S3 server's settings
 name, batch = OWN[me]
 meet("own")

@@ -33,7 +33,7 @@ def hook(at):
         print("KILL", at, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
 
-spark = spark_session("killed", master="local[1]", conf={{"spark.sql.codegen.wholeStage": "false"}})
+spark = spark_session("killed", master="local[1]")
 rt = Runtime(spark, warehouse, quality=False, before_write=hook)
 for batch in range(2):
     print("START", batch, flush=True)
