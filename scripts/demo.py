@@ -8,7 +8,8 @@ On a fresh machine (SQLite metadata database, local Spark, nothing running) it:
 4. starts Airflow's api-server on a free loopback port and runs the ``user_alerts`` DAG of
    ``dags/`` for consecutive hourly data intervals with ``dag.test(use_executor=True)``
    (Airflow's own run loop, tasks run by the LocalExecutor as a scheduler's are: spark-submit,
-   then the quality gate), so each task's log is written where Airflow's UI reads it;
+   then the quality gate), so each task's log is written where Airflow's UI reads it; Airflow's
+   own output (its run loop, the executor's workers) goes to ``<root>/airflow/runs.log``;
 5. prints the final results, the last batch's metrics (with their units), where everything is,
    and how to open the pipeline in Airflow's UI (the finalresults plugin) and log in.
 
@@ -142,28 +143,59 @@ def _load_dags():
     return module
 
 
+@contextmanager
+def _console_to(log: Path):
+    """While inside, everything written to this process's stdout and stderr goes to ``log``, and so
+    does whatever the processes it starts write (the executor's workers echo their tasks' output,
+    and dag.test() warns every second while a task runs); yields the console, for the demo's own
+    lines."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    console = os.fdopen(os.dup(saved[0]), "w", buffering=1)
+    with open(log, "a") as out:
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+        try:
+            yield console
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, original in zip((1, 2), saved):
+                os.dup2(original, fd)
+                os.close(original)
+            console.close()
+
+
 def _run_intervals(dag, rt, pipeline, root: Path, hours: int):
-    """One Airflow run per hourly interval, in order; the last batch's metrics row, or None on failure."""
-    for hour in range(hours):
-        begin, end = (START + dt.timedelta(hours=h) for h in (hour, hour + 1))
+    """One Airflow run per hourly interval, in order; the last batch's metrics row, or None on failure.
+    Airflow's own output goes to ``<root>/airflow/runs.log``; each task's log is where the UI reads it."""
+    with _console_to(root / "airflow" / "runs.log") as console:
+        for hour in range(hours):
+            begin, end = (START + dt.timedelta(hours=h) for h in (hour, hour + 1))
+            print(
+                f"[4/5] Airflow runs {dag.dag_id} for [{begin}, {end}): spark_batch (spark-submit), then quality_gate",
+                file=console,
+            )
+            # dag.test() infers the data interval that ends at the logical date, as a manual run does;
+            # the executor runs each task in a process of its own, which writes the task's log file.
+            run = dag.test(logical_date=end.replace(tzinfo=dt.timezone.utc), use_executor=True)
+            _started_when_its_tasks_did(run)
+            if run.state != "success":
+                break
+            m = rt.read_metrics(pipeline).orderBy("seq", ascending=False).first()
+            print(
+                f"      run {run.state}: batch {m.batch_id} (seq {m.seq}), records in {m.records_in}, "
+                f"late {m.late_records}, windows closed {m.windows_closed}, stream time {m.stream_time}",
+                file=console,
+            )
+    if run.state != "success":
         print(
-            f"[4/5] Airflow runs {dag.dag_id} for [{begin}, {end}): spark_batch (spark-submit), then quality_gate",
-            flush=True,
+            f"demo: the run ended {run.state}; Airflow's output: {root / 'airflow' / 'runs.log'}, "
+            f"task logs under {root / 'airflow' / 'logs'}",
+            file=sys.stderr,
         )
-        # dag.test() infers the data interval that ends at the logical date, as a manual run does;
-        # the executor runs each task in a process of its own, which writes the task's log file.
-        run = dag.test(logical_date=end.replace(tzinfo=dt.timezone.utc), use_executor=True)
-        _started_when_its_tasks_did(run)
-        state = run.state
-        if state != "success":
-            print(f"demo: the run ended {state}; task logs are under {root / 'airflow' / 'logs'}", file=sys.stderr)
-            return None
-        m = rt.read_metrics(pipeline).orderBy("seq", ascending=False).first()
-        print(
-            f"      run {state}: batch {m.batch_id} (seq {m.seq}), records in {m.records_in}, late {m.late_records}, "
-            f"windows closed {m.windows_closed}, stream time {m.stream_time}",
-            flush=True,
-        )
+        return None
     return m
 
 
@@ -197,6 +229,7 @@ def _report(rt, pipeline, last, root: Path) -> None:
         ("quality docs", root / "warehouse" / "data_docs" / "index.html"),
         ("landing", root / "landing"),
         ("airflow home", root / "airflow"),
+        ("airflow output", root / "airflow" / "runs.log"),
         ("spark log", root / "spark-demo.log"),
     ]:
         print(f"  {label:<15} {path}")
