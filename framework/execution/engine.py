@@ -364,7 +364,8 @@ def _sliding(b: Batch, w: SlidingWindows) -> Effect:
     bases = changed_at.join(
         old.select(*keys, F.col("window_start").alias("_base"), *partial_names(p)), [*keys, "_base"]
     ).select(*ident, *partial_names(p))
-    changed = (
+    # read by the state changes, the results, the open windows and the counts: computed once
+    changed = b.cache(
         holding.groupBy(*ident)
         .agg(*partials(p))
         .unionByName(bases)
