@@ -272,7 +272,7 @@ def _sessions(b: Batch, w: SessionWindows) -> Effect:
     merged = b.cache(merged.withColumn(BUCKET, _bucket(b)).select(*state_cols))
     gone = old.join(merged.select(*keys, "window_start"), [*keys, "window_start"], "left_anti")
     closing = stored.filter(F.col(CLOSE) <= b.time_after).join(touched_keys, keys, "left_anti")
-    changes = (
+    changes = b.cache(  # read by the results, the closed and open windows and the state's MERGE
         merged.withColumn(GONE, F.lit(False))
         .unionByName(gone.withColumn(GONE, F.lit(True)))
         .unionByName(closing.withColumn(GONE, F.lit(False)))
