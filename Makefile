@@ -14,20 +14,29 @@ LOGSTORE_JAR := framework/storage/java/finalresults-s3-logstore.jar
 
 install: $(VENV)/.installed $(LOGSTORE_JAR)
 
+# What the install steps print (pip, apt, Ivy's resolution) goes to INSTALL_LOG; the console gets
+# a line per step, and the log's end if a step fails.
+INSTALL_LOG := $(VENV)/install.log
+logged = $(1) >>$(INSTALL_LOG) 2>&1 || { tail -n 40 $(INSTALL_LOG); echo "install failed; the whole log: $(INSTALL_LOG)"; exit 1; }
+
 $(VENV)/.installed: pyproject.toml
-	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]"
-	# Headless chromium for the UI tests (Airflow plugin, Data Docs), driven by playwright.
-	command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
-	# Resolve Delta's jars from Maven Central once (cached in ~/.ivy2).
-	$(PY) -c "from framework import spark_session; spark_session('install').stop()"
-	touch $@
+	@echo "install: Python packages into $(VENV) (log: $(INSTALL_LOG))"
+	@python3 -m venv $(VENV)
+	@$(call logged,$(PY) -m pip install -q --upgrade pip)
+	@$(call logged,$(PY) -m pip install -q -e ".[dev]")
+	@if ! command -v chromium >/dev/null; then \
+	  echo "install: chromium (Debian package), headless, for the UI tests (Airflow plugin, Data Docs)"; \
+	  $(call logged,{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }); \
+	fi
+	@echo "install: Delta's jars from Maven Central (once; cached in ~/.ivy2)"
+	@$(call logged,$(PY) -c "from framework import spark_session; spark_session('install').stop()")
+	@touch $@
 
 # S3 warehouses (docs/s3.md): resolve hadoop-aws and its AWS SDK bundle (~560 MB, once, into
 # ~/.ivy2) and compile the commit LogStore against them (javac, Java 17).
 $(LOGSTORE_JAR): framework/storage/java/*.java $(VENV)/.installed
-	$(PY) -m framework.storage.s3
+	@echo "install: S3 support (hadoop-aws, the AWS SDK, the LogStore jar)"
+	@$(call logged,$(PY) -m framework.storage.s3)
 
 lint: install
 	$(PY) -m ruff check
