@@ -56,6 +56,8 @@ class Kept:
         self.frames: list[DataFrame] = []
 
     def __call__(self, df: DataFrame) -> DataFrame:
+        if any(df is k for k in self.frames):  # kept already (a plan's frame its commit reads too)
+            return df
         kept = df.localCheckpoint(eager=False)
         self.frames.append(kept)
         return kept
