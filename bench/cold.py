@@ -1,18 +1,22 @@
 """Cold batches, as Airflow runs them: every batch is its own ``spark-submit`` (a fresh Python
-process and JVM), for this framework (A) and for Structured Streaming (B), alternating.
+process and JVM), for this framework with the quality gate off (A) and on (A+), and for
+Structured Streaming (B), alternating.
 
     .venv/bin/python bench/cold.py                      # 6 batches of 100,000 events
     .venv/bin/python bench/cold.py --batches 4 --events-per-batch 20000
 
 A submits a job that builds the pipeline of ``vs_streaming`` (tumbling hour windows, 10 min
-grace, ``lateness="batch"``) and runs ``Runtime.run_batch`` on one batch's file; B submits an
+grace, ``lateness="batch"``) and runs ``Runtime.run_batch`` on one batch's file; A+ does the
+same with the batch's audit on (``quality=True``, the default) and then validates the results
+table as a DAG's job does for its quality gate (``validation.after_run``); B submits an
 ``availableNow`` query over the files so far on a persistent checkpoint (RocksDB state store,
-watermark, append mode, Delta sink). Both use the same ``spark-submit`` command line (Delta's
-package from the local Ivy cache, the same Spark settings) and the same ``spark_session``.
+watermark, append mode, Delta sink). All use the command line a DAG's ``spark-submit`` gets
+(Delta's jars as ``--jars``, the files Ivy resolved at install, or ``--packages`` when none are
+recorded) and the same ``spark_session``.
 
 Reported per runner: the median wall time of a submit, and the job's own time after its Spark
-session started (the rest is JVM start, package resolution and imports). A's and B's final rows
-are compared at the end. Writes ``<results>/cold.json`` and ``cold.md``; asserts no timing.
+session started (the rest is JVM start and imports). A's, A+'s and B's final rows are compared
+at the end. Writes ``<results>/cold.json`` and ``cold.md``; asserts no timing.
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from importlib.metadata import version
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -37,18 +40,36 @@ import vs_streaming as vs  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 from framework import spark_session  # noqa: E402
+from framework.storage import jars  # noqa: E402
 
 MARK = "cold-bench-seconds-after-start="  # printed by a worker: its time after the session started
+# runner name -> (the worker's argument, A's warehouse under the work dir; None for B)
+RUNNERS = {"A": ("a", "a"), "A+": ("a_gate", "a_gate"), "B": ("b", None)}
 
 
 def worker(runner: str, work: Path, batch: int) -> None:
-    """One batch of ``runner`` (``a`` or ``b``) inside spark-submit."""
+    """One batch of ``runner`` (``a``, ``a_gate`` or ``b``) inside spark-submit."""
     started = time.monotonic()
     spark = spark_session(f"cold-{runner}", conf={"spark.sql.streaming.stateStore.providerClass": vs.ROCKSDB})
     ready = time.monotonic()
-    r = vs.Runners(spark, work, vs.WORKLOADS["tumbling"])  # over the persistent work dir
-    getattr(r, f"run_{runner}")(batch, work / "in" / f"batch-{batch:04d}.parquet")
+    gate = runner == "a_gate"
+    r = vs.Runners(spark, work, vs.WORKLOADS["tumbling"], quality=gate, a=runner)  # over the persistent work dir
+    path = work / "in" / f"batch-{batch:04d}.parquet"
+    if runner == "b":
+        r.run_b(batch, path)
+    else:
+        result = r.rt.run_batch(r.pipeline, f"b{batch:04d}", spark.read.parquet(str(path)))
+        if gate:  # what a DAG's job does after its batch, for the quality_gate task
+            from framework.operations.validation import after_run
+
+            after_run(spark, r.pipeline, str(r.warehouse), result)
     print(f"{MARK}{time.monotonic() - ready:.3f} session={ready - started:.3f}", flush=True)
+
+
+def _jar_args() -> list[str]:
+    """Delta's jars on the command line as a DAG passes them (``orchestration.airflow``)."""
+    resolved = jars.recorded([jars.DELTA_PACKAGE])
+    return ["--jars", ",".join(resolved)] if resolved else ["--packages", jars.DELTA_PACKAGE]
 
 
 def _submit(runner: str, work: Path, batch: int) -> tuple[float, float]:
@@ -58,8 +79,7 @@ def _submit(runner: str, work: Path, batch: int) -> tuple[float, float]:
         str(spark_submit),
         "--master",
         "local[*]",
-        "--packages",
-        f"io.delta:delta-spark_2.13:{version('delta-spark')}",
+        *_jar_args(),
         "--conf",
         "spark.ui.enabled=false",
         str(Path(__file__).resolve()),
@@ -78,33 +98,48 @@ def _submit(runner: str, work: Path, batch: int) -> tuple[float, float]:
     return wall, float(line[len(MARK) :].split()[0])
 
 
-def _final_rows(spark: SparkSession, work: Path) -> dict:
-    """A's and B's final rows compared (in this process, not timed)."""
-    a = vs._spark_rows(spark.read.format("delta").load(str(work / "a" / "bench" / "final")))
-    b = vs._spark_rows(spark.read.format("delta").load(str(work / "b_out")))
-    return {"rows_a": len(a), "rows_b": len(b), "a_equals_b": a.equals(b)}
+def _final_rows(spark: SparkSession, work: Path, names: tuple[str, ...]) -> dict:
+    """The runners' final rows compared with B's (in this process, not timed)."""
+    rows = {}
+    for name in names:
+        a = RUNNERS[name][1]
+        path = work / a / "bench" / "final" if a else work / "b_out"
+        rows[name] = vs._spark_rows(spark.read.format("delta").load(str(path)))
+    return {
+        "rows": {name: len(r) for name, r in rows.items()},
+        "equal_to_b": {name: r.equals(rows["B"]) for name, r in rows.items() if name != "B"},
+    }
 
 
-def run(spark: SparkSession, batches: int, events_per_batch: int, keys: int, results: Path) -> dict:
-    """Generate the batches, submit A and B alternately batch by batch, compare their final
-    rows (read with ``spark``, which the submits do not use), and write ``cold.json`` and
-    ``cold.md`` under ``results``."""
+def run(
+    spark: SparkSession,
+    batches: int,
+    events_per_batch: int,
+    keys: int,
+    results: Path,
+    names: tuple[str, ...] = tuple(RUNNERS),
+) -> dict:
+    """Generate the batches, submit the runners ``names`` (B among them) one after another batch
+    by batch, compare their final rows (read with ``spark``, which the submits do not use), and
+    write ``cold.json`` and ``cold.md`` under ``results``."""
     work = Path(tempfile.mkdtemp(prefix="bench-cold-"))
     try:
         (work / "in").mkdir()
         vs.generate(work / "in", events_per_batch * batches, keys, batches, 0.05, 0.005, 1)
-        runs: dict[str, dict[str, list[float]]] = {n: {"wall": [], "after_start": []} for n in "AB"}
+        runs: dict[str, dict[str, list[float]]] = {n: {"wall": [], "after_start": []} for n in names}
         for i in range(batches):
-            for name in "AB":
-                wall, after = _submit(name.lower(), work, i)
+            for name in names:
+                wall, after = _submit(RUNNERS[name][0], work, i)
                 runs[name]["wall"].append(round(wall, 2))
                 runs[name]["after_start"].append(round(after, 2))
             print(
-                f"batch {i}: A {runs['A']['wall'][-1]:.1f}s (after start {runs['A']['after_start'][-1]:.1f}s)  "
-                f"B {runs['B']['wall'][-1]:.1f}s (after start {runs['B']['after_start'][-1]:.1f}s)",
+                f"batch {i}: "
+                + "  ".join(
+                    f"{n} {runs[n]['wall'][-1]:.1f}s (after start {runs[n]['after_start'][-1]:.1f}s)" for n in names
+                ),
                 flush=True,
             )
-        check = _final_rows(spark, work)
+        check = _final_rows(spark, work, names)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     med = {n: {k: round(statistics.median(v), 2) for k, v in r.items()} for n, r in runs.items()}
@@ -114,7 +149,7 @@ def run(spark: SparkSession, batches: int, events_per_batch: int, keys: int, res
         "keys": keys,
         "runs": runs,
         "median": med,
-        "ratio_a_over_b": round(med["A"]["wall"] / med["B"]["wall"], 2),
+        "ratio_over_b": {n: round(med[n]["wall"] / med["B"]["wall"], 2) for n in names if n != "B"},
         "cross_check": check,
         "machine": {"cores": os.cpu_count(), "loadavg": os.getloadavg()[0]},
     }
@@ -124,15 +159,22 @@ def run(spark: SparkSession, batches: int, events_per_batch: int, keys: int, res
     return rep
 
 
+LABELS = {
+    "A": "A: this framework, gate off",
+    "A+": "A+: this framework, gate on (audit, validation)",
+    "B": "B: Structured Streaming",
+}
+
+
 def markdown(rep: dict) -> str:
     med, check = rep["median"], rep["cross_check"]
+    ratios = ", ".join(f"{n}/B = {r}" for n, r in rep["ratio_over_b"].items())
+    equal = ", ".join(f"{n} = B: {e}" for n, e in check["equal_to_b"].items())
     return (
         f"**cold batches** (one spark-submit each): {rep['batches']} batches of {rep['events_per_batch']:,} "
-        f"events. A/B = {rep['ratio_a_over_b']} (median wall). A = B: {check['a_equals_b']} "
-        f"({check['rows_a']:,} rows).\n\n| runner | median wall s | median s after session start |\n"
-        "|---|---|---|\n"
-        f"| A: this framework | {med['A']['wall']:.1f} | {med['A']['after_start']:.1f} |\n"
-        f"| B: Structured Streaming | {med['B']['wall']:.1f} | {med['B']['after_start']:.1f} |\n"
+        f"events. {ratios} (median wall). {equal} ({check['rows']['B']:,} rows).\n\n"
+        "| runner | median wall s | median s after session start |\n|---|---|---|\n"
+        + "".join(f"| {LABELS[n]} | {m['wall']:.1f} | {m['after_start']:.1f} |\n" for n, m in med.items())
     )
 
 
