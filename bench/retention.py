@@ -28,6 +28,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from framework import BufferConfig, Pipeline, Runtime, Suppressed, TimeWindows, agg, spark_session
+from framework.definition.columns import BUCKET, LATE_BUCKET, LEDGER_BUCKET
 
 SIZE_MS, GRACE_MS = 10_000, 2_000
 
@@ -84,30 +85,30 @@ def main() -> None:
 
 
 def _sizes(spark, tables) -> dict:
-    """Rows, live files and bytes of window state, its Delta log's commit files, and the live
-    files of the other tables (measured outside the batch's time: each is a Spark job)."""
-    detail = DeltaTable.forPath(spark, tables.state).detail().first()
+    """Window rows of ``_state`` and the live files of each of its partitions (window state,
+    ledger, late records), its bytes and Delta log's commit files, and the results table's live
+    files (measured outside the batch's time: each is a Spark job)."""
+    state = spark.read.format("delta").load(tables.state)
+    windows = state.filter(F.col(BUCKET) >= 0)
+
+    def files(rows) -> int:
+        return len(rows.inputFiles())
+
     return {
-        "state_rows": spark.read.format("delta").load(tables.state).count(),
-        "state_files": detail.numFiles,
-        "state_bytes": detail.sizeInBytes,
+        "state_rows": windows.count(),
+        "state_files": files(windows),
+        "ledger_files": files(state.filter(F.col(BUCKET) == LEDGER_BUCKET)),
+        "late_files": files(state.filter(F.col(BUCKET) == LATE_BUCKET)),
+        "state_bytes": DeltaTable.forPath(spark, tables.state).detail().first().sizeInBytes,
         "state_commits": len(list(Path(tables.state, "_delta_log").glob("*.json"))),
-        **{
-            f"{name}_files": DeltaTable.forPath(spark, path).detail().first().numFiles
-            for name, path in _named(tables).items()
-            if name != "state" and DeltaTable.isDeltaTable(spark, path)
-        },
+        "out_files": DeltaTable.forPath(spark, tables.output).detail().first().numFiles
+        if DeltaTable.isDeltaTable(spark, tables.output)
+        else 0,
     }
 
 
 def _named(tables) -> dict[str, str]:
-    return {
-        "state": tables.state,
-        "ledger": tables.ledger,
-        "metrics": tables.metrics,
-        "late": tables.late,
-        "out": tables.output,
-    }
+    return {"state": tables.state, "out": tables.output}
 
 
 def _checkpoints(tables) -> dict[str, int]:
