@@ -43,8 +43,8 @@ from framework import spark_session  # noqa: E402
 from framework.storage import jars  # noqa: E402
 
 MARK = "cold-bench-seconds-after-start="  # printed by a worker: its time after the session started
-# runner name -> (the worker's argument, A's warehouse under the work dir; None for B)
-RUNNERS = {"A": ("a", "a"), "A+": ("a_gate", "a_gate"), "B": ("b", None)}
+# runner name -> the worker's argument, which also names A's and A+'s warehouse under the work dir
+RUNNERS = {"A": "a", "A+": "a_gate", "B": "b"}
 
 
 def worker(runner: str, work: Path, batch: int) -> None:
@@ -68,8 +68,8 @@ def worker(runner: str, work: Path, batch: int) -> None:
 
 def _jar_args() -> list[str]:
     """Delta's jars on the command line as a DAG passes them (``orchestration.airflow``)."""
-    resolved = jars.recorded([jars.DELTA_PACKAGE])
-    return ["--jars", ",".join(resolved)] if resolved else ["--packages", jars.DELTA_PACKAGE]
+    files = jars.for_submit(jars.DELTA_PACKAGE)[1]
+    return ["--jars", files] if files else ["--packages", jars.DELTA_PACKAGE]
 
 
 def _submit(runner: str, work: Path, batch: int) -> tuple[float, float]:
@@ -102,8 +102,8 @@ def _final_rows(spark: SparkSession, work: Path, names: tuple[str, ...]) -> dict
     """The runners' final rows compared with B's (in this process, not timed)."""
     rows = {}
     for name in names:
-        a = RUNNERS[name][1]
-        path = work / a / "bench" / "final" if a else work / "b_out"
+        arg = RUNNERS[name]
+        path = work / "b_out" if arg == "b" else work / arg / "bench" / "final"
         rows[name] = vs._spark_rows(spark.read.format("delta").load(str(path)))
     return {
         "rows": {name: len(r) for name, r in rows.items()},
@@ -129,7 +129,7 @@ def run(
         runs: dict[str, dict[str, list[float]]] = {n: {"wall": [], "after_start": []} for n in names}
         for i in range(batches):
             for name in names:
-                wall, after = _submit(RUNNERS[name][0], work, i)
+                wall, after = _submit(RUNNERS[name], work, i)
                 runs[name]["wall"].append(round(wall, 2))
                 runs[name]["after_start"].append(round(after, 2))
             print(

@@ -183,18 +183,18 @@ def _submit(
     spark_binary: str | None,
     packages: str | None,
 ) -> SparkSubmitOperator:
-    """The task running ``spark-submit <job file> <arguments>`` through connection ``conn_id``.
-    Delta's own coordinates become the jar files Ivy resolved for them at install
-    (``framework.storage.jars``), when they are all there: the JVM then starts without resolving."""
+    """The task running ``spark-submit <job file> <arguments>`` through connection ``conn_id``;
+    Delta's own coordinates are passed as the jar files Ivy resolved at install
+    (``jars.for_submit``)."""
     local_binary, local_env = _local_spark_tools()
-    resolved = jars.recorded([packages]) if packages == DELTA_PACKAGE else None
+    submit_packages, submit_jars = jars.for_submit(packages)
     return SparkSubmitOperator(
         task_id=task_id,
         conn_id=conn_id,
         application=application,
         name=f"finalresults-{job.PIPELINE.name}",
-        packages=None if resolved else packages,
-        jars=",".join(resolved) if resolved else None,
+        packages=submit_packages,
+        jars=submit_jars,
         conf={"spark.log.level": "WARN", **(spark_conf or {})},
         env_vars=spark_env if spark_env is not None else local_env,
         spark_binary=spark_binary or local_binary,

@@ -44,6 +44,15 @@ def recorded(packages: Sequence[str]) -> list[str] | None:
     return found
 
 
+def for_submit(packages: str | None) -> tuple[str | None, str | None]:
+    """spark-submit's ``--packages`` and ``--jars`` for ``packages``: Delta's own coordinates
+    become the files Ivy resolved for them at install, when they are all there (the JVM then
+    starts without resolving); any other coordinates, or a recording that is gone, stay
+    coordinates."""
+    resolved = recorded([packages]) if packages == DELTA_PACKAGE else None
+    return (None, ",".join(resolved)) if resolved else (packages, None)
+
+
 def record(packages: Sequence[str], resolved: str, given: Sequence[str] = ()) -> None:
     """Record the jars Spark resolved for ``packages`` (its ``spark.jars``, less the ``given``
     jars the session was started with). Written whole, then renamed: readers see the old or
