@@ -8,6 +8,12 @@ GX's own images, copied under ``<data_docs>/static/vendor/``; Font Awesome's sty
 fonts give way to ``icons.css``, the five icons GX uses as characters. Remote scripts, styles and
 images it has no copy of (Vega, used by no expectation of ours) are left out, so a page never
 waits on the network. Links to web pages (``<a href>``) stay as they are.
+
+``Site`` reads a warehouse's Data Docs without Spark or GX, from local disk or an object store
+(``outcome.filesystem``, as the quality-gate task reads its outcome), for the Airflow plugin and
+the status page: one folder holds every pipeline's pages, so it finds a pipeline's validation
+pages by suite (GX names a pipeline's suite after it, ``suites.load_suite``) and tells which
+files a reader of one pipeline may see (``of_suite``).
 """
 
 from __future__ import annotations
@@ -15,7 +21,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+
+from . import outcome
 
 ASSETS = Path(__file__).with_name("data_docs_assets")
 #: An element that fetches a remote file when the page loads: a script, a stylesheet, an image.
@@ -57,3 +66,55 @@ def make_offline(data_docs: Path, since: float = 0) -> int:
             os.replace(partial, page)
             rewritten += 1
     return rewritten
+
+
+@dataclass(frozen=True)
+class Page:
+    """A validation page, as GX lays them out: ``validations/<suite>/<run name>/<run time>/<batch>.html``
+    (run name = the batch id, ``results-table`` for a validation of the whole table)."""
+
+    suite: str
+    run_name: str
+    run_time: str  # GX's UTC stamp, 20260101T010203.456789Z: sorts by time
+    path: str  # relative to the site's folder
+
+
+class Site:
+    """The Data Docs of the warehouse ``warehouse`` (``<warehouse>/data_docs``), read as files."""
+
+    def __init__(self, warehouse: str):
+        self.files, self.root = outcome.filesystem(f"{warehouse.rstrip('/')}/data_docs")
+
+    def pages(self, suite: str | None = None) -> list[Page]:
+        """The validation pages of ``suite`` (None: of every suite), oldest first; none if no folder."""
+        from pyarrow import fs
+
+        under = f"{self.root}/validations" + (f"/{suite}" if suite else "")
+        found = []
+        for info in self.files.get_file_info(fs.FileSelector(under, recursive=True, allow_not_found=True)):
+            parts = info.path[len(self.root) + 1 :].split("/")
+            if info.type == fs.FileType.File and len(parts) == 5 and parts[-1].endswith(".html"):
+                found.append(Page(parts[1], parts[2], parts[3], "/".join(parts)))
+        return sorted(found, key=lambda p: (p.run_time, p.path))
+
+    def read(self, path: str) -> bytes | None:
+        """The file at ``path`` (relative, as ``of_suite`` accepts it), or None if there is none."""
+        from pyarrow import fs
+
+        where = f"{self.root}/{path}"
+        if self.files.get_file_info(where).type != fs.FileType.File:
+            return None
+        with self.files.open_input_stream(where) as stream:
+            return stream.read()
+
+
+def of_suite(path: str, suite: str) -> bool:
+    """Whether the site's file ``path`` (relative, ``/`` between parts) is one a reader of
+    ``suite``'s pipeline may see: its validation pages, its suite's page, and the shared
+    ``static`` files (styles, scripts, images: no data). Another pipeline's pages, GX's index of
+    every pipeline's runs, and what is no plain relative path (``..``, empty parts, a backslash)
+    are not."""
+    parts = path.split("/")
+    if any(part in ("", ".", "..") or "\\" in part for part in parts):
+        return False
+    return parts[0] == "static" or parts[:2] == ["validations", suite] or parts == ["expectations", f"{suite}.html"]

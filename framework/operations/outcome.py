@@ -92,15 +92,21 @@ def read_in_job(spark: SparkSession, warehouse: str, pipeline: str, kind: str) -
 def read_text(where: str) -> str | None:
     """The text of the small file at ``where`` (a local path or an object-store URI, read as the
     Airflow worker can: without Spark), or None if there is none."""
-    scheme = urlparse(where).scheme
-    if len(scheme) <= 1 or scheme == "file":  # a path, a Windows drive, or a file URI
-        path = Path(urlparse(where).path if scheme == "file" else where)
-        return path.read_text("utf-8") if path.is_file() else None
-    from pyarrow import fs
-
-    filesystem, path = fs.FileSystem.from_uri("s3://" + where[len("s3a://") :] if scheme == "s3a" else where)
+    files, path = filesystem(where)
     try:
-        with filesystem.open_input_stream(path) as stream:
+        with files.open_input_stream(path) as stream:
             return stream.read().decode("utf-8")
     except FileNotFoundError:
         return None
+
+
+def filesystem(where: str):
+    """The ``pyarrow.fs`` file system of ``where`` and the path in it: the local one for a path
+    (a Windows drive too) or a ``file:`` URI, else the object store its URI names (``s3a://`` read
+    as ``s3://``), reached with this process's own credentials."""
+    from pyarrow import fs
+
+    scheme = urlparse(where).scheme
+    if len(scheme) <= 1 or scheme == "file":
+        return fs.LocalFileSystem(), str(Path(urlparse(where).path if scheme == "file" else where).resolve())
+    return fs.FileSystem.from_uri("s3://" + where[len("s3a://") :] if scheme == "s3a" else where)

@@ -1,7 +1,10 @@
 """The status of pipelines as HTML: ``finalresults status --html`` and the Airflow plugin's page.
 
 A page stands alone (inline CSS and SVG drawn here: no script, no font, no fetch), so it can be
-mailed, archived, served as a static file or embedded in Airflow's UI. It draws a
+mailed, archived, served as a static file or embedded in Airflow's UI. Every value it writes is
+escaped (pipeline and batch ids, gate and error text, paths come from warehouses and URLs), and
+its ``POLICY`` (a Content-Security-Policy, in the page and sent by the plugin) lets it apply its
+own style block and nothing else: no script runs in it, whatever a value held. It draws a
 ``status.PipelineStatus`` (no Spark here): the status lines, a row per recent batch with its
 quality-gate audit, and a chart per metric group over event time (the batch's stream time).
 Links (a batch's Airflow run, its Data Docs page) are given by the caller as ``Links``: the
@@ -10,14 +13,18 @@ static page links Data Docs on disk, the plugin links pages it serves.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import hashlib
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 from urllib.parse import quote
 
 from ..storage.metrics import KIP_NAMES
+from .datadocs import Page, Site
 from .status import COLUMNS, UNITS, PipelineStatus, gate_of, scale, shown, text
 
 ROWS = 20  # batches listed in a pipeline's table: the most recent ones (the charts show all kept)
@@ -51,27 +58,37 @@ figcaption { font-size: 12.5px; } figcaption span { white-space: nowrap; }
 figcaption b { font-variant-numeric: tabular-nums; }
 svg text { font: 10px system-ui, sans-serif; fill: #666; }
 """
+# a caption's colour, as a class (the policy allows no style attribute)
+STYLE += "".join(f".series-{i} {{ color: {color}; }}\n" for i, (color, _) in enumerate(SERIES))
+#: The page's Content-Security-Policy: its own style block (by hash), no script, no other fetch.
+POLICY = (
+    "default-src 'none'; "
+    f"style-src 'sha256-{base64.b64encode(hashlib.sha256(STYLE.encode()).digest()).decode()}'; "
+    "base-uri 'none'; form-action 'none'"
+)
 
 
 @dataclass(frozen=True)
 class Links:
     """Where a pipeline's section links: the Data Docs folder's URL (ending in ``/``; None: no
-    Data Docs), its pages per batch id (paths under that folder), and each batch's Airflow run."""
+    Data Docs), its pages per suite (= pipeline) and batch id (paths under that folder;
+    ``docs_pages``), and each batch's Airflow run."""
 
     docs: str | None = None
-    docs_pages: dict[str, str] = field(default_factory=dict)
+    docs_pages: dict[tuple[str, str], str] = field(default_factory=dict)
     runs: dict[str, str] = field(default_factory=dict)
 
 
-def docs_pages(data_docs: Path) -> dict[str, str]:
-    """The newest Data Docs validation page of each batch id under ``data_docs`` (GX lays them out
-    as ``validations/<suite>/<run name = batch id>/<run time>/<batch>.html``), as relative paths."""
-    pages: dict[str, tuple[str, str]] = {}
-    for page in (data_docs / "validations").glob("*/*/*/*.html"):
-        batch, run_time = page.parts[-3], page.parts[-2]
-        if batch not in pages or pages[batch][0] < run_time:
-            pages[batch] = (run_time, page.relative_to(data_docs).as_posix())
-    return {batch: path for batch, (_, path) in pages.items()}
+def docs_pages(pages: Iterable[Page]) -> dict[tuple[str, str], str]:
+    """The newest validation page of each suite and batch id (run name), as paths under the Data
+    Docs folder. By suite too: pipelines of one warehouse share the folder and, scheduled alike,
+    their batch ids."""
+    newest: dict[tuple[str, str], Page] = {}
+    for page in pages:
+        key = (page.suite, page.run_name)
+        if key not in newest or newest[key].run_time < page.run_time:
+            newest[key] = page
+    return {key: page.path for key, page in newest.items()}
 
 
 def local_links(warehouse: str) -> Links:
@@ -79,7 +96,28 @@ def local_links(warehouse: str) -> Links:
     data_docs = Path(warehouse) / "data_docs"
     if not (data_docs / "index.html").is_file():
         return Links()
-    return Links(docs=data_docs.resolve().as_uri() + "/", docs_pages=docs_pages(data_docs))
+    return Links(docs=data_docs.resolve().as_uri() + "/", docs_pages=docs_pages(Site(warehouse).pages()))
+
+
+def docs_index(pipeline: str, pages: list[Page]) -> str:
+    """A pipeline's Data Docs index: a row per validation page of its suite, newest first, linked
+    relative to the Data Docs folder. GX's own index lists every pipeline of the warehouse."""
+    rows = "".join(
+        f'<tr><td class="text"><a href="{escape(quote(p.path))}">{escape(p.run_name)}</a></td>'
+        f'<td class="text">{escape(p.run_time)}</td></tr>'
+        for p in reversed(pages)
+    )
+    return document(
+        f"Data Docs: {pipeline}",
+        [
+            f"<h1>Data Docs: {escape(pipeline)}</h1>",
+            f'<p class="meta">Great Expectations validations of <code>{escape(pipeline)}</code>, newest first.</p>'
+            if pages
+            else '<p class="note">No validation yet.</p>',
+            '<table class="batches"><thead><tr><th class="text">batch</th><th class="text">validated at (UTC)</th>'
+            f"</tr></thead><tbody>{rows}</tbody></table>",
+        ],
+    )
 
 
 def page(
@@ -114,6 +152,7 @@ def document(title: str, body: list[str]) -> str:
         [
             "<!DOCTYPE html>",
             '<html lang="en"><head><meta charset="utf-8"/>',
+            f'<meta http-equiv="Content-Security-Policy" content="{POLICY}"/>',
             f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>",
             *body,
             "</body></html>",
@@ -122,8 +161,9 @@ def document(title: str, body: list[str]) -> str:
     )
 
 
-def section(p: PipelineStatus, anchor: str, links: Links) -> str:
-    """One pipeline: its status lines, its recent batches with their audits, a chart per metric group."""
+def section(p: PipelineStatus, anchor: str, links: Links, problem: str | None = None) -> str:
+    """One pipeline: its status lines, its recent batches with their audits, a chart per metric
+    group; ``problem``, if given, says why what is shown may be incomplete."""
     docs = (
         f'<p class="meta"><a href="{escape(links.docs)}index.html">Data Docs</a> · results table '
         f"<code>{escape(p.root)}</code></p>"
@@ -132,7 +172,9 @@ def section(p: PipelineStatus, anchor: str, links: Links) -> str:
     )
     head = (
         f'<section class="pipeline" id="{anchor}" data-pipeline="{escape(p.name)}">'
-        f'<h2>{escape(p.name)}</h2>\n{docs}<pre class="status">{escape(text(p, last=0))}</pre>'
+        f"<h2>{escape(p.name)}</h2>\n{docs}"
+        + (f'<p class="note">{escape(problem)}</p>' if problem else "")
+        + f'<pre class="status">{escape(text(p, last=0))}</pre>'
     )
     rows = [r for r in p.batches if r.get("stream_time")]
     if not rows:
@@ -149,7 +191,7 @@ def section(p: PipelineStatus, anchor: str, links: Links) -> str:
             None,
             [
                 head,
-                batch_table(p.batches[-ROWS:], links),
+                batch_table(p.batches[-ROWS:], links, p.name),
                 f'<p class="note">Charts: the last {len(rows):,} of {p.batch_count:,} batches, '
                 "over their stream time (event time, UTC).</p>",
                 f'<p class="note">Not recorded by this pipeline: {", ".join(missing)}.</p>' if missing else "",
@@ -161,8 +203,9 @@ def section(p: PipelineStatus, anchor: str, links: Links) -> str:
     )
 
 
-def batch_table(rows: list[dict], links: Links) -> str:
-    """A row per batch, newest first: its run, stream time, a few metrics and its quality-gate audit."""
+def batch_table(rows: list[dict], links: Links, suite: str) -> str:
+    """A row per batch of pipeline ``suite``, newest first: its run, stream time, a few metrics
+    and its quality-gate audit, linked to its Data Docs page."""
 
     def linked(label: str, url: str | None) -> str:
         return f'<a href="{escape(url)}">{escape(label)}</a>' if url else escape(label)
@@ -173,10 +216,10 @@ def batch_table(rows: list[dict], links: Links) -> str:
         gate = gate_of(r.get("gate"))
         verdict = gate.describe() if gate else "no rows to audit"
         kind = "none" if gate is None else "passed" if gate.passed else "failed"
-        page = links.docs_pages.get(batch)
+        page = links.docs_pages.get((suite, batch))
         docs = links.docs + quote(page) if links.docs and page else None
         body.append(
-            f'<tr data-batch="{escape(batch)}"><td>{r["seq"]}</td>'
+            f'<tr data-batch="{escape(batch)}"><td>{escape(str(r["seq"]))}</td>'
             f'<td class="text">{linked(batch, links.runs.get(batch))}</td>'
             f'<td class="text">{escape((r.get("stream_time") or "")[:19])}</td>'
             + "".join(f"<td>{escape(shown(c, r.get(c)) if r.get(c) is not None else '–')}</td>" for _, c in COLUMNS)
@@ -214,16 +257,17 @@ def chart(title: str, columns: list[str], rows: list[dict]) -> str:
         return TOP + (H - TOP - BOTTOM) * (1 - value / per / top)
 
     caption, series = [], []
-    for (color, dashes), c in zip(SERIES, columns):
+    for i, ((color, dashes), c) in enumerate(zip(SERIES, columns)):
         line = f'stroke="{color}" stroke-width="1.5" stroke-dasharray="{dashes}"'
         caption.append(
-            f'<span style="color:{color}"><svg width="18" height="8"><line x1="0" y1="4" x2="18" y2="4" '
-            f"{line}/></svg> {KIP_NAMES[c]} <b>{shown(c, rows[-1][c])}</b></span>"
+            f'<span class="series-{i}"><svg width="18" height="8"><line x1="0" y1="4" x2="18" y2="4" '
+            f"{line}/></svg> {KIP_NAMES[c]} <b>{escape(shown(c, rows[-1][c]))}</b></span>"
         )
         points = [(x(t), y(r[c]), r) for t, r in zip(times, rows) if r[c] is not None]
         dots = "".join(
-            f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5"><title>seq {r["seq"]} · '
-            f"{escape(str(r['batch_id']))} · {r['stream_time'][:19]} · {shown(c, r[c])}</title></circle>"
+            f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5"><title>'
+            + escape(f"seq {r['seq']} · {r['batch_id']} · {r['stream_time'][:19]} · {shown(c, r[c])}")
+            + "</title></circle>"
             for px, py, r in points
         )
         series.append(
@@ -243,7 +287,7 @@ def chart(title: str, columns: list[str], rows: list[dict]) -> str:
         )
         + (f'<text x="{LEFT - 4}" y="{TOP - 8}" text-anchor="end">{unit}</text>' if unit else "")
         + "".join(
-            f'<text x="{tx:.1f}" y="{bottom + 13}" text-anchor="{anchor}">{when[5:16]}</text>'
+            f'<text x="{tx:.1f}" y="{bottom + 13}" text-anchor="{anchor}">{escape(when[5:16])}</text>'
             for tx, when, anchor in ticks
         )
         + f'<text x="{(LEFT + W - RIGHT) / 2:.1f}" y="{H - 4}" text-anchor="middle">stream time (UTC)</text>'

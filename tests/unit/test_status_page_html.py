@@ -1,13 +1,17 @@
-"""The status text and page from given pipeline states, without a warehouse (no Spark): escaping,
-units that agree between text and charts, axes scaled to the data, gate outcomes per batch."""
+"""The status text and page from given pipeline states, without a warehouse (no Spark): escaping
+and the page's Content-Security-Policy, units that agree between text and charts, axes scaled to
+the data, gate outcomes per batch, Data Docs links per pipeline."""
 
+import base64
 import datetime as dt
+import hashlib
 import xml.etree.ElementTree as ET
 
 import pytest
 
+from framework.operations.datadocs import Page
 from framework.operations.status import PipelineStatus, shown, text
-from framework.operations.statuspage import Links, page
+from framework.operations.statuspage import POLICY, Links, docs_index, docs_pages, page
 from framework.storage.metrics import KIP_NAMES
 
 
@@ -23,10 +27,10 @@ def batch(seq, **values):
     }
 
 
-def status(*batches, **fields):
+def status(*batches, name="p", **fields):
     last = batches[-1] if batches else None
     return PipelineStatus(
-        "p",
+        name,
         "/lake/p",
         started=True,
         last_batch={"batch_id": last["batch_id"], "seq": last["seq"], "committed_at": "2026-01-02 00:00:00.000"}
@@ -50,6 +54,63 @@ def test_text_is_escaped():
     assert name in [c.find("title").text.split(" · ")[1] for c in tree.iter("circle")]
     assert name in [r.get("data-batch") for r in tree.iter("tr")]
     assert "/lake/<&>" in tree.find(".//title").text
+
+
+def test_values_from_a_status_file_are_text():
+    """What a status file holds (a job wrote it, anyone with access to the warehouse could) is
+    shown as text wherever the page writes it: table, charts' tooltips, the gate's verdict."""
+    tag = "<img src=x onerror=alert(1)>"
+    gate = {"checked": 1, "failed": [f"expect_column_values_to_be_in_set: {tag}"], "warnings": []}
+    tree = ET.fromstring(page("/lake", [status(batch(1) | {"seq": tag, "gate": gate}, batch(2, batch_id=tag))]))
+    assert not list(tree.iter("img")) and not list(tree.iter("script"))
+    assert any((c.find("title").text or "").startswith(f"seq {tag} · ") for c in tree.iter("circle"))
+    cells = [r.findall("td") for r in tree.iter("tr") if r.get("data-batch")]
+    assert [c[0].text for c in cells] == ["2", tag] and cells[1][-1].text.endswith(tag)
+
+
+def test_the_page_applies_its_own_style_and_runs_nothing():
+    """Its policy, in the page (opened from disk or mail) as the plugin sends it: the style block
+    by its hash, no script, no style attribute (a policy without 'unsafe-inline' refuses them)."""
+    html = page("/lake", [status(batch(1), batch(2))])
+    tree = ET.fromstring(html)
+    [meta] = [m for m in tree.iter("meta") if m.get("http-equiv") == "Content-Security-Policy"]
+    assert meta.get("content") == POLICY
+    style = tree.find(".//style").text
+    digest = base64.b64encode(hashlib.sha256(style.encode()).digest()).decode()
+    assert f"style-src 'sha256-{digest}'" in POLICY and "script-src" not in POLICY and "default-src 'none'" in POLICY
+    assert [e.tag for e in tree.iter() if e.get("style") is not None] == []
+    assert {s.get("class") for s in tree.iter("span")} == {"series-0", "series-1"}
+
+
+def test_each_pipeline_links_its_own_data_docs_pages():
+    """Two pipelines of one warehouse, one batch id: each batch links its own suite's newest page."""
+    hour = "2026-01-01T01:00:00"
+    pages = [
+        Page("p", hour, "20260101T020000.000000Z", f"validations/p/{hour}/20260101T020000.000000Z/b.html"),
+        Page("p", hour, "20260101T010500.000000Z", f"validations/p/{hour}/20260101T010500.000000Z/b.html"),
+        Page("q", hour, "20260101T030000.000000Z", f"validations/q/{hour}/20260101T030000.000000Z/b.html"),
+    ]
+    links = Links(docs="/docs/", docs_pages=docs_pages(pages))
+    html = page("/lake", [status(batch(1)), status(batch(1), name="q")], links)
+    for section in ET.fromstring(html).iter("section"):
+        [link] = [a.get("href") for a in section.iter("a") if "validations" in a.get("href")]
+        newest = next(
+            p for p in sorted(pages, key=lambda p: p.run_time, reverse=True) if p.suite == section.get("data-pipeline")
+        )
+        assert link == "/docs/" + newest.path.replace(":", "%3A")
+
+
+def test_a_data_docs_index_lists_the_pages_it_is_given_newest_first():
+    older = Page("p", "<b>", "20260101T010000.000000Z", "validations/p/<b>/20260101T010000.000000Z/b.html")
+    newer = Page(
+        "p", "2026-01-01T02:00:00", "20260101T020000.000000Z", "validations/p/x/20260101T020000.000000Z/b.html"
+    )
+    tree = ET.fromstring(docs_index("p", [older, newer]))
+    assert [a.get("href") for a in tree.iter("a")] == [
+        newer.path,
+        "validations/p/%3Cb%3E/20260101T010000.000000Z/b.html",
+    ]
+    assert [a.text for a in tree.iter("a")] == ["2026-01-01T02:00:00", "<b>"]
 
 
 @pytest.mark.parametrize(
@@ -113,7 +174,9 @@ def test_gate_outcome_per_batch_in_text_and_page():
     assert lines[-2].endswith("no rows to audit") and lines[-1].endswith("passed 8/9 (1 warning)")
     assert f"  BLOCKED        batch 2026-01-01T03:00:00: quality gate FAILED: {null_key}; nothing committed" in lines
     assert len(text(s, last=1).splitlines()) == len(lines) - 1
-    links = Links(docs="/docs/p/", docs_pages={"2026-01-01T02:00:00": "validations/p/2026-01-01T02:00:00/t/b.html"})
+    links = Links(
+        docs="/docs/p/", docs_pages={("p", "2026-01-01T02:00:00"): "validations/p/2026-01-01T02:00:00/t/b.html"}
+    )
     rows = {r.get("data-batch"): r for r in ET.fromstring(page("/lake", [s], links)).iter("tr") if r.get("data-batch")}
     verdict = rows["2026-01-01T02:00:00"].findall("td")[-1]
     assert verdict.get("class") == "text passed"
