@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 SERVE = """
@@ -33,6 +33,7 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing
 class S3:
     endpoint: str  # http://127.0.0.1:<port>
     bucket: str
+    via: str | None = None  # where s3a sends its requests, if not to the server (a proxy: tests/s3faults.py)
 
     def url(self, *parts: str) -> str:
         return "/".join([f"s3a://{self.bucket}", *parts])
@@ -40,7 +41,7 @@ class S3:
     def hadoop_conf(self) -> dict[str, str]:
         """The bucket's s3a settings, as a Hadoop configuration names them."""
         per_bucket = {
-            "endpoint": self.endpoint,
+            "endpoint": self.via or self.endpoint,
             "endpoint.region": CREDENTIALS["AWS_DEFAULT_REGION"],
             "path.style.access": "true",
             "connection.ssl.enabled": "false",
@@ -72,14 +73,22 @@ class S3:
         pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
         return [o["Key"] for page in pages for o in page.get("Contents", [])]
 
-    def copy(self, source: str, target: str) -> str:
-        """Copy every object under folder ``source`` to folder ``target`` (a warehouse copied
-        with its Delta logs holds the same tables); the copy's ``s3a://`` URL."""
-        client = self.client()
+    def copy(self, source: str, target: str, to: S3 | None = None) -> str:
+        """Copy every object under folder ``source`` to folder ``target`` of this bucket or of
+        bucket ``to`` (a warehouse copied with its Delta logs holds the same tables); the copy's
+        ``s3a://`` URL."""
+        client, into = self.client(), to or self
         for key in self.keys(f"{source}/"):
             copied = f"{target}/{key[len(source) + 1 :]}"
-            client.copy_object(Bucket=self.bucket, Key=copied, CopySource={"Bucket": self.bucket, "Key": key})
-        return self.url(target)
+            client.copy_object(Bucket=into.bucket, Key=copied, CopySource={"Bucket": self.bucket, "Key": key})
+        return into.url(target)
+
+    def behind(self, proxy: str, name: str) -> S3:
+        """A new bucket ``<bucket>-<name>`` on this server that s3a reaches through ``proxy``
+        (boto3, for the tests' own look, still talks to the server)."""
+        bucket = f"{self.bucket}-{name}"
+        self.client().create_bucket(Bucket=bucket)
+        return replace(self, bucket=bucket, via=proxy)
 
 
 def _boto_credentials() -> dict[str, str]:

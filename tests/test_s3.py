@@ -11,6 +11,7 @@ after the batch they test."""
 
 import pytest
 from harness import frame, in_parallel, results
+from s3faults import proxy
 from test_concurrency import race
 from test_exactly_once import BATCHES, Crash, pipeline, run
 from test_operations import _in_thread, _Paused
@@ -68,11 +69,24 @@ def test_the_s3_logstore_refuses_to_overwrite_a_commit(spark, s3, clean):
     assert not [k for k in s3.keys("clean") if k.endswith(".lock")]
 
 
-def test_a_session_with_deltas_single_driver_s3_logstore_is_refused(spark, s3):
+def test_the_guard_checks_the_logstore_delta_uses_not_the_session_conf(spark, s3):
+    """Delta picks its LogStore from the conf the SparkContext started with (SparkEnv's), never
+    from a session's: a ``spark.conf.set`` naming one neither fools the guard nor trips it. A
+    context started without the conditional-PUT LogStore is stood in for by setting the
+    started conf for the length of the test."""
+    key, single = "spark.delta.logStore.s3a.impl", "io.delta.storage.S3SingleDriverLogStore"
     session = spark.newSession()
-    session.conf.set("spark.delta.logStore.s3a.impl", "io.delta.storage.S3SingleDriverLogStore")
-    with pytest.raises(FrameworkError, match=r"atomic within one driver only.*s3=True"):
-        Runtime(session, s3.url("refused"), quality=False)
+    session.conf.set(key, single)
+    Runtime(session, s3.url("accepted"), quality=False)  # Delta still commits with the conditional PUT
+    started = spark._jvm.org.apache.spark.SparkEnv.get().conf()
+    chosen = started.get(key)
+    started.set(key, single)
+    try:
+        session.conf.set(key, chosen)
+        with pytest.raises(FrameworkError, match=r"Delta commits there with .*S3SingleDriverLogStore.*s3=True"):
+            Runtime(session, s3.url("refused"), quality=False)
+    finally:
+        started.set(key, chosen)
 
 
 def test_a_crash_before_each_write_then_a_rerun_equals_a_clean_run_on_s3(spark, s3, after_b0, clean):
@@ -94,9 +108,17 @@ def test_a_crash_before_each_write_then_a_rerun_equals_a_clean_run_on_s3(spark, 
 
 @pytest.mark.slow
 def test_two_processes_racing_on_one_batch_on_s3_commit_it_once(spark, s3, tmp_path):
+    """Both runners reach the commit point before either commits, so both PUT the same commit
+    file: the proxy in front of the server sees two PUTs of one version, one created (200) and
+    one refused (412), and the loser committed nothing (``race``)."""
     from s3server import child_env
 
-    race(spark, s3.url("race", "shared"), s3.url("race", "clean"), tmp_path / "gate", env=child_env(s3))
+    with proxy(s3.endpoint) as (endpoint, log):
+        raced = s3.behind(endpoint, "race")
+        raced.reach_from(spark)
+        race(spark, raced.url("shared"), raced.url("clean"), tmp_path / "gate", env=child_env(raced))
+    contested = log.contested().values()
+    assert contested and all(sorted(answers) == [200, 412] for answers in contested), log.commits
 
 
 def test_a_zombie_attempt_resumed_after_the_retry_committed_is_fenced_out_on_s3(spark, s3, after_b0, clean):
@@ -130,3 +152,68 @@ def test_the_quality_gate_outcome_on_s3_is_read_without_spark(spark, s3, after_b
     read = outcome.read(lake, P.name, "batch")
     assert read == left and read.success and read.batch_id == "b1"
     assert outcome.read(lake, P.name, "replay") is None
+
+
+def test_commits_that_landed_but_were_answered_as_failed_stand_once_on_s3(spark, s3, after_b0, clean):
+    """A PUT can land and still be reported as failed: its answer lost (the SDK retries it), 409
+    (a retry racing the first try: the LogStore tries again), 503 (the SDK retries it). The
+    retry is answered 412, which says "exists", not "another writer's": the LogStore finds its
+    own id on the object and reports the commit as made. Taken for a conflict, Delta would commit
+    the actions again at the next version (a blind append twice) or refuse a batch that
+    committed. Each commit file's first PUT gets one of the three faults, in turn; the batch, and
+    a replay of it (a blind append), then leave exactly a clean run's tables."""
+    with proxy(s3.endpoint, landed=("drop", 409, 503)) as (endpoint, log):
+        faulty = s3.behind(endpoint, "faults")
+        faulty.reach_from(spark)
+        rt = Runtime(spark, s3.copy(after_b0, "lake", to=faulty), quality=False)
+        assert run(rt, P, 1).status == "committed"
+        rt.replay(P, [ReplayBatch("b1", frame(spark, BATCHES[1], len(BATCHES[0])))])
+        assert seen(rt) == clean
+    assert set(log.faults()) == {"drop", 409, 503}, log.commits
+    assert all(answers[1:] == [412] for answers in log.answers().values()), log.commits
+
+
+def test_a_store_that_ignores_if_none_match_is_refused_before_its_first_commit(spark, s3, after_b0):
+    """Where a second conditional PUT of a key succeeds, two writers of one Delta version would
+    both succeed and one commit would vanish: the LogStore's probe (a marker put twice) refuses
+    the store before the batch's first commit, and every table's log is as it was."""
+    with proxy(s3.endpoint, conditional=False) as (endpoint, log):
+        faulty = s3.behind(endpoint, "unconditional")
+        faulty.reach_from(spark)
+        lake = s3.copy(after_b0, "lake", to=faulty)
+        logs = [k for k in faulty.keys() if "/_delta_log/" in k]
+        with pytest.raises(Exception, match=r"ignores If-None-Match.*No commit was written"):
+            run(Runtime(spark.newSession(), lake, quality=False), P, 1)
+    assert [k for k in faulty.keys() if "/_delta_log/" in k] == logs  # no commit, no marker left
+    assert log.commits == []
+
+
+def test_commit_files_get_the_buckets_s3a_write_settings(spark, s3):
+    """SSE-KMS, the storage class and the canned ACL set for a bucket apply to its Delta commit
+    files as to the data files s3a writes: the LogStore's PUT is built by s3a's request factory
+    (an SSE-C commit built without the key would be unreadable by s3a)."""
+    bucket = s3.behind(s3.endpoint, "settings")  # straight to the server
+    bucket.reach_from(spark)
+    kms = "arn:aws:kms:us-east-1:123456789012:key/finalresults-test"
+    settings = {
+        "encryption.algorithm": "SSE-KMS",
+        "encryption.key": kms,
+        "create.storage.class": "standard_ia",
+        "acl.default": "PublicRead",
+    }
+    hadoop = spark._jsc.hadoopConfiguration()
+    for key, value in settings.items():
+        hadoop.set(f"fs.s3a.bucket.{bucket.bucket}.{key}", value)
+    spark.range(2).write.format("delta").save(bucket.url("t"))
+    client = bucket.client()
+
+    def written(key):
+        head = client.head_object(Bucket=bucket.bucket, Key=key)
+        grants = client.get_object_acl(Bucket=bucket.bucket, Key=key)["Grants"]
+        permissions = sorted(g["Permission"] + " " + g["Grantee"].get("URI", "owner") for g in grants)
+        return head.get("ServerSideEncryption"), head.get("SSEKMSKeyId"), head.get("StorageClass"), permissions
+
+    data = next(k for k in bucket.keys("t/") if k.endswith(".parquet"))
+    commit = written("t/_delta_log/00000000000000000000.json")
+    assert commit == written(data), (commit, written(data))
+    assert commit[:3] == ("aws:kms", kms, "STANDARD_IA") and any("AllUsers" in g for g in commit[3]), commit

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import json
 from typing import NamedTuple
-from urllib.parse import urlparse
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
+
+from . import locks
 
 
 class Commit(NamedTuple):
@@ -84,7 +85,6 @@ def commits_after(spark: SparkSession, path: str, version: int) -> list[Commit] 
 
 def _copied_after_commit(spark: SparkSession, path: str) -> bool:
     """Whether the LogStore of ``path``'s scheme commits elsewhere first and copies the commit
-    file into the log afterwards (Delta's ``S3DynamoDBLogStore``)."""
-    scheme = urlparse(path).scheme
-    store = spark.conf.get(f"spark.delta.logStore.{scheme}.impl", None) if scheme else None
-    return "DynamoDB" in (store or spark.conf.get("spark.delta.logStore.class", None) or "")
+    file into the log afterwards (Delta's ``S3DynamoDBLogStore``), as Delta picks the LogStore
+    (``locks.delta_logstore``: from the SparkContext's conf, not the session's)."""
+    return not locks.is_local(path) and "DynamoDB" in locks.delta_logstore(spark, path)

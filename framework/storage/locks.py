@@ -92,25 +92,40 @@ S3_SCHEMES = ("s3a", "s3", "s3n")  # where Delta's default LogStore is atomic wi
 
 
 def check_atomic_commits(spark: SparkSession, warehouse: str) -> None:
-    """Refuse a warehouse on S3 whose session leaves Delta's default LogStore for it
+    """Refuse a warehouse on S3 where Delta would commit with its default LogStore for the scheme
     (``S3SingleDriverLogStore``): two processes committing one table version could both write
     it, and no lock here stops them. ``spark_session(s3=True)`` sets the conditional-PUT LogStore
-    (docs/s3.md); any other LogStore set for the scheme (Delta's ``S3DynamoDBLogStore``) is taken
-    as the user's choice."""
+    (docs/s3.md); any other LogStore (Delta's ``S3DynamoDBLogStore``) is taken as the user's
+    choice.
+
+    The LogStore is Delta's own pick for the warehouse's path (``delta_logstore``), not a
+    session setting: Delta reads ``spark.delta.logStore.*`` from the conf the SparkContext
+    started with, so a ``spark.conf.set`` of it afterwards changes nothing Delta does."""
     scheme = urlparse(warehouse).scheme
     if scheme not in S3_SCHEMES:
         return
-    store = spark.conf.get(f"spark.delta.logStore.{scheme}.impl", None) or spark.conf.get(
-        "spark.delta.logStore.class", None
-    )
-    if store is None or store.endswith("S3SingleDriverLogStore"):
+    store = delta_logstore(spark, warehouse)
+    if store.endswith("S3SingleDriverLogStore"):
         raise FrameworkError(
-            f"warehouse {warehouse!r} is on S3, but this Spark session commits there with Delta's "
-            f"S3SingleDriverLogStore ({store or 'the default'}), whose commits are atomic within one driver "
-            "only: two runners of one batch could both commit. Start the session with "
-            "spark_session(..., s3=True) (or FINALRESULTS_S3=1), or set "
-            f"spark.delta.logStore.{scheme}.impl to a LogStore with atomic put-if-absent (docs/s3.md)."
+            f"warehouse {warehouse!r} is on S3, but Delta commits there with {store}, whose commits are "
+            "atomic within one driver only: two runners of one batch could both commit. Start the session "
+            "with spark_session(..., s3=True) (or FINALRESULTS_S3=1), or start it with "
+            f"spark.delta.logStore.{scheme}.impl set to a LogStore with atomic put-if-absent (docs/s3.md); "
+            "setting it on a running session does not reach Delta."
         )
+
+
+def delta_logstore(spark: SparkSession, path: str) -> str:
+    """The class of the LogStore Delta commits with at ``path``, as Delta picks it: from the
+    SparkContext's conf (``LogStore(spark)``; the scheme's store when that is Delta's
+    scheme-delegating default)."""
+    jvm = spark._jvm
+    store = getattr(getattr(jvm.org.apache.spark.sql.delta.storage, "LogStore$"), "MODULE$").apply(spark._jsparkSession)
+    if store.getClass().getSimpleName() == "DelegatingLogStore":
+        store = store.getDelegate(jvm.org.apache.hadoop.fs.Path(path))
+    if store.getClass().getSimpleName() == "LogStoreAdaptor":  # a LogStore of io.delta.storage (Java)
+        store = store.logStoreImpl()
+    return store.getClass().getName()
 
 
 def committing(path: str) -> AbstractContextManager:
