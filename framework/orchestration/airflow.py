@@ -158,7 +158,7 @@ def _local_spark_tools() -> tuple[str | None, dict[str, str]]:
 
 
 def _job_arguments(**options: str | bool | None) -> list[str]:
-    """The job's command line (what ``jobs.main`` parses) for ``options``, in the order given:
+    """The job's command line (what ``cli.job_parser`` parses) for ``options``, in the order given:
     ``batch_start="x"`` is ``--batch-start x``, ``replay=True`` a bare ``--replay``, and an
     option that is None or False is left out."""
     arguments: list[str] = []

@@ -21,15 +21,18 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from ..definition.names import RESERVED_ROOT_ENTRIES
+from ..definition.pipeline import Pipeline
 from ..errors import FrameworkError
 from .console import JAVA_OPTIONS, default_log, quiet_session
 from .jobs import (
     JobError,
     batch_id,
     check_interval,
+    gate_summary,
     intervals,
     load_job,
     parse_duration,
@@ -39,6 +42,10 @@ from .jobs import (
     run_interval,
     summary,
 )
+
+if TYPE_CHECKING:
+    from ..operations.replay import ReplayResult
+    from ..operations.runtime import BatchResult
 
 
 def _schedule(job: ModuleType, every: str | None) -> dt.timedelta:
@@ -123,32 +130,25 @@ def _duration(seconds: float) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     job = load_job(args.job)
-    start = parse_time(args.batch_start, "--batch-start")
-    end = parse_time(args.batch_end, "--batch-end") if args.batch_end else start + _schedule(job, None)
+    start = parse_time(args.start, args.start_flag)
+    end = parse_time(args.end, args.end_flag) if args.end else start + _schedule(job, None)
     check_interval(job.PIPELINE, start, end)
     _check_paths(args, job)
-    print(
-        summary(
-            run_interval(
-                _spark(args, job.PIPELINE.name),
-                job.PIPELINE,
-                job.LANDING,
-                start,
-                end,
-                args.warehouse,
-                args.landing,
-                args.catalog,
-                args.allow_gap,
-                args.job,
-            )
-        )
-    )
+    print(summary(_one_batch(_spark(args, job.PIPELINE.name), job.PIPELINE, job.LANDING, start, end, args, args.job)))
     return 0
+
+
+def _one_batch(spark, pipeline: Pipeline, table: str, start, end, args: argparse.Namespace, job: str) -> BatchResult:
+    """``run_interval`` with the paths, catalog and ``--allow-gap`` of ``args``."""
+    paths = (args.warehouse, args.landing, args.catalog)
+    return run_interval(spark, pipeline, table, start, end, *paths, allow_gap=args.allow_gap, job=job)
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     job = load_job(args.job)
-    todo = intervals(parse_time(args.start, "--from"), parse_time(args.stop, "--to"), _schedule(job, args.every))
+    todo = intervals(
+        parse_time(args.start, args.start_flag), parse_time(args.end, args.end_flag), _schedule(job, args.every)
+    )
     _check_paths(args, job)
     spark = _spark(args, job.PIPELINE.name)
     progress = _Progress(f"backfill {job.PIPELINE.name}")
@@ -178,8 +178,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     job = load_job(args.job)
-    start = parse_time(args.start, "--from")
-    stop = parse_time(args.stop, "--to") if args.stop else None
+    start = parse_time(args.start, args.start_flag)
+    stop = parse_time(args.end, args.end_flag) if args.end else None
     every = _schedule(job, args.every)
     if stop is not None:
         intervals(start, stop, every)  # refuse a misaligned range before Spark starts
@@ -269,83 +269,137 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def parser() -> argparse.ArgumentParser:
-    """The command line (one sub-parser per command, each with --help)."""
+class _Formatter(argparse.HelpFormatter):
+    """Help that shows each option by its first name only: later names are old spellings kept
+    working (``--batch-start`` for ``--from``), not offered."""
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        if not action.option_strings or action.nargs == 0:
+            return super()._format_action_invocation(action)
+        return f"{action.option_strings[0]} {self._format_args(action, self._get_default_metavar_for_optional(action))}"
+
+
+class _Spelled(argparse.Action):
+    """Store the value and the flag as typed (``args.<dest>_flag``), so an error names it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_flag", option_string)
+
+
+def _boolean(text: str) -> bool:
+    """``--allow-gap``'s optional value: true/false, yes/no, 1/0 (Airflow renders True/False)."""
+    value = text.strip().lower()
+    if value not in ("true", "1", "yes", "false", "0", "no"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+    return value in ("true", "1", "yes")
+
+
+def _paths(p: argparse.ArgumentParser, landing: bool = False) -> None:
+    """``--warehouse`` (and ``--landing``), defaults from the environment."""
     warehouse = os.environ.get("FINALRESULTS_WAREHOUSE", "var/warehouse")
-    landing = os.environ.get("FINALRESULTS_LANDING", "var/landing")
-    root = argparse.ArgumentParser(
-        prog="finalresults",
-        description="Run, backfill, replay, inspect and check final-results pipelines.",
-        allow_abbrev=False,
-    )
-    root.add_argument("--version", action="version", version=f"finalresults {_version()}")
-    commands = root.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    p.add_argument("--warehouse", default=warehouse, help=f"pipelines' Delta tables (default: {warehouse})")
+    if landing:
+        folder = os.environ.get("FINALRESULTS_LANDING", "var/landing")
+        p.add_argument("--landing", default=folder, help=f"landing Delta tables (default: {folder})")
 
-    def command(name: str, handler, text: str, job: bool = True, spark: bool = True, data: bool = False):
-        p = commands.add_parser(name, help=text, description=text, allow_abbrev=False)
-        if job:
-            p.add_argument("job", help="job module: jobs/<name>.py or jobs.<name>")
-        p.add_argument("--warehouse", default=warehouse, help=f"pipelines' Delta tables (default: {warehouse})")
-        if data:
-            p.add_argument("--landing", default=landing, help=f"landing Delta tables (default: {landing})")
-        if spark:
-            p.add_argument("--master", help="Spark master (default: $SPARK_MASTER or local[*])")
-            p.add_argument(
-                "--verbose", action="store_true", help="show Spark's own output (JVM, Ivy, log4j): hidden by default"
-            )
-        p.set_defaults(handler=handler, parser=p)
-        return p
 
-    run = command("run", cmd_run, "Run one batch: the records that arrived in [--batch-start, --batch-end).", data=True)
-    run.add_argument("--batch-start", required=True, help="interval start, ISO timestamp (UTC if naive)")
-    run.add_argument("--batch-end", help="interval end, exclusive (default: start + the job's SCHEDULE)")
-    run.add_argument(
-        "--allow-gap",
-        action="store_true",
-        help="run the batch although it does not start where the last committed interval ended",
+def _interval(p: argparse.ArgumentParser, start: str, end: str, end_required: bool = False) -> None:
+    """``--from`` and ``--to`` (old spellings ``--batch-start``, ``--batch-end``)."""
+    p.add_argument("--from", "--batch-start", dest="start", action=_Spelled, required=True, help=start)
+    p.add_argument("--to", "--batch-end", dest="end", action=_Spelled, required=end_required, help=end)
+    p.set_defaults(start_flag="--from", end_flag="--to")
+
+
+def _batches(p: argparse.ArgumentParser, gap: bool = False) -> None:
+    """What running batches takes beside the interval: the catalog, and ``--allow-gap``."""
+    p.add_argument(
+        "--catalog",
+        default=os.environ.get("FINALRESULTS_CATALOG"),
+        help="also keep the pipeline's tables in this catalog schema (default: $FINALRESULTS_CATALOG)",
     )
-    backfill = command("backfill", cmd_backfill, "Run consecutive intervals in order, from --from to --to.", data=True)
-    for batches in (run, backfill):
-        batches.add_argument(
-            "--catalog",
-            default=os.environ.get("FINALRESULTS_CATALOG"),
-            help="also keep the pipeline's tables in this catalog schema (default: $FINALRESULTS_CATALOG)",
+    p.add_argument(
+        "--metastore",
+        default=os.environ.get("FINALRESULTS_METASTORE"),
+        help="folder of an embedded metastore for --catalog, one machine only (default: "
+        "$FINALRESULTS_METASTORE; else the session's catalog)",
+    )
+    if gap:
+        p.add_argument(
+            "--allow-gap",
+            nargs="?",
+            type=_boolean,
+            const=True,
+            default=False,
+            metavar="BOOL",
+            help="run the batch although it does not start where the last committed interval ended "
+            "(the records between are skipped on purpose); alone it means true",
         )
-        batches.add_argument(
-            "--metastore",
-            default=os.environ.get("FINALRESULTS_METASTORE"),
-            help="folder of an embedded metastore for --catalog, one machine only (default: "
-            "$FINALRESULTS_METASTORE; else the session's catalog)",
+
+
+def _every(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--every", help="interval length, e.g. 1h or 15m (default: the job's SCHEDULE)")
+
+
+def _command(commands, name: str, handler, text: str, job: bool = True, spark: bool = True, data: bool = False):
+    """The sub-parser of one command: its job, its paths and, if it starts Spark, its flags."""
+    p = commands.add_parser(name, help=text, description=text, allow_abbrev=False, formatter_class=_Formatter)
+    if job:
+        p.add_argument("job", help="job module: jobs/<name>.py or jobs.<name>")
+    _paths(p, landing=data)
+    if spark:
+        p.add_argument("--master", help="Spark master (default: $SPARK_MASTER or local[*])")
+        p.add_argument(
+            "--verbose", action="store_true", help="show Spark's own output (JVM, Ivy, log4j): hidden by default"
         )
-    backfill.add_argument("--from", dest="start", required=True, help="first interval start, ISO timestamp")
-    backfill.add_argument("--to", dest="stop", required=True, help="last interval end, ISO timestamp")
-    backfill.add_argument("--every", help="interval length, e.g. 1h or 15m (default: the job's SCHEDULE)")
-    replay = command(
+    p.set_defaults(handler=handler, parser=p)
+    return p
+
+
+def _batch_commands(commands) -> None:
+    run = _command(commands, "run", cmd_run, "Run one batch: the records that arrived in [--from, --to).", data=True)
+    _interval(
+        run, "interval start, ISO timestamp (UTC if naive)", "interval end, exclusive (default: start + SCHEDULE)"
+    )
+    _batches(run, gap=True)
+    backfill = _command(
+        commands, "backfill", cmd_backfill, "Run consecutive intervals in order, from --from to --to.", data=True
+    )
+    _interval(backfill, "first interval start, ISO timestamp", "last interval end, ISO timestamp", end_required=True)
+    _batches(backfill)
+    _every(backfill)
+    replay = _command(
+        commands,
         "replay",
         cmd_replay,
-        (
-            "Re-run committed batches from --from through the last committed one with the landing records as they "
-            "are now, replacing their final rows atomically (state restored by Delta time travel)."
-        ),
+        "Re-run committed batches from --from through the last committed one with the landing records as they "
+        "are now, replacing their final rows atomically (state restored by Delta time travel).",
         data=True,
     )
-    replay.add_argument("--from", dest="start", required=True, help="first replayed interval start, ISO timestamp")
-    replay.add_argument(
-        "--to",
-        dest="stop",
-        help="end of the range (default and only allowed value: the end of "
-        "the last committed batch; later batches depend on the replayed state)",
+    _interval(
+        replay,
+        "first replayed interval start, ISO timestamp",
+        "end of the range (default and only allowed value: the end of the last committed batch; later batches "
+        "depend on the replayed state)",
     )
-    replay.add_argument("--every", help="interval length, e.g. 1h or 15m (default: the job's SCHEDULE)")
-    status = command(
+    _every(replay)
+
+
+def _status_command(commands) -> None:
+    status = _command(
+        commands,
         "status",
         cmd_status,
         "Per pipeline: last batch, stream time, open windows, the results table's validation, and its last "
-        "batches with their metrics and quality-gate audits.",
+        "batches with their metrics and quality-gate audits, from the status file the last job left "
+        "(no Spark; --live reads the tables).",
         job=False,
     )
     status.add_argument("jobs", nargs="*", metavar="job", help="job modules (default: every pipeline in the warehouse)")
     status.add_argument("--last", type=int, default=5, metavar="N", help="batches listed per pipeline (default: 5)")
+    status.add_argument(
+        "--live", action="store_true", help="start Spark and read the tables instead of the status file (slower)"
+    )
     output = status.add_mutually_exclusive_group()
     output.add_argument(
         "--html",
@@ -354,9 +408,44 @@ def parser() -> argparse.ArgumentParser:
         "charts of each pipeline's metrics over event time, instead of printing it",
     )
     output.add_argument("--json", action="store_true", help="print the status as JSON (metrics as recorded, units)")
-    command("describe", cmd_describe, "Print the topology and where its tables live.", spark=False)
-    command("validate", cmd_validate, "Validate the committed results table with its expectation suite.")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line (one sub-parser per command, each with --help)."""
+    root = argparse.ArgumentParser(
+        prog="finalresults",
+        description="Run, backfill, replay, inspect and check final-results pipelines.",
+        allow_abbrev=False,
+    )
+    root.add_argument("--version", action="version", version=f"finalresults {_version()}")
+    commands = root.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _batch_commands(commands)
+    _status_command(commands)
+    _command(commands, "describe", cmd_describe, "Print the topology and where its tables live.", spark=False)
+    _command(commands, "validate", cmd_validate, "Validate the committed results table with its expectation suite.")
     return root
+
+
+def job_parser(prog: str) -> argparse.ArgumentParser:
+    """A job's own command line (``spark-submit jobs/<name>.py``, what a DAG submits): ``run``'s
+    flags for the job itself, with ``--replay`` for ``replay``'s and ``--run-id`` for the gate."""
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Run one batch of this pipeline: the landing records that arrived in [--from, --to). "
+        "With --replay, replay the committed batches of the --every-long intervals from --from to --to "
+        "(default: through the last committed batch). Then validate the results table for the quality gate.",
+        allow_abbrev=False,
+        formatter_class=_Formatter,
+    )
+    _paths(p, landing=True)
+    _interval(
+        p, "interval start, ISO timestamp (data_interval_start)", "interval end, exclusive (required unless --replay)"
+    )
+    _batches(p, gap=True)
+    p.add_argument("--replay", action="store_true", help="replay a committed range (framework.replay)")
+    p.add_argument("--every", help="with --replay: the interval length, e.g. 1h")
+    p.add_argument("--run-id", help="the Airflow run whose quality gate reads this run's validation outcome")
+    return p
 
 
 def _version() -> str:
@@ -379,6 +468,18 @@ def _one_line(e: Exception) -> str:
     return message.strip().splitlines()[0] if message.strip() else type(e).__name__
 
 
+def _failed(e: Exception, verbose: bool) -> int:
+    """The one error format of the command line and of a job's: ``finalresults: error: <one line>``
+    on stderr and exit 1 for what a user can act on; a bug (or ``--verbose``) raises, with its traceback."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    if verbose or not isinstance(e, (FrameworkError, OSError, PySparkException, Py4JJavaError)):
+        raise e
+    print(f"finalresults: error: {_one_line(e)}", file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (2 for bad arguments, with the command's usage)."""
     args, unknown = parser().parse_known_args(argv)
@@ -390,11 +491,38 @@ def main(argv: list[str] | None = None) -> int:
         print("finalresults: interrupted", file=sys.stderr)
         return 130
     except Exception as e:
-        from py4j.protocol import Py4JJavaError
-        from pyspark.errors import PySparkException
+        return _failed(e, getattr(args, "verbose", False))
 
-        expected = isinstance(e, (FrameworkError, OSError, PySparkException, Py4JJavaError))
-        if not expected or getattr(args, "verbose", False):
-            raise  # a bug, or asked for: the traceback says where
-        print(f"finalresults: error: {_one_line(e)}", file=sys.stderr)
-        return 1
+
+def job_main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> int:
+    """Entry point of ``spark-submit jobs/<name>.py``: run one batch (or, with ``--replay``, a
+    replay), then validate the results table for the quality gate; 0 on success (the
+    validation's verdict is the gate's to report), 1 on error, as ``finalresults run`` does."""
+    args = job_parser(f"spark-submit {Path(sys.argv[0]).name}").parse_args(sys.argv[1:] if argv is None else argv)
+    spark = None
+    try:
+        start = parse_time(args.start, args.start_flag)
+        end = parse_time(args.end, args.end_flag) if args.end else None
+        from ..operations.validation import after_run
+        from ..storage.session import spark_session
+
+        ran: BatchResult | ReplayResult
+        if args.replay:
+            every = parse_duration(args.every or "")
+            spark = spark_session(f"finalresults-{pipeline.name}-replay", metastore=args.metastore)
+            ran = replay_intervals(spark, pipeline, table, start, end, every, args.warehouse, args.landing)
+            print(replay_summary(ran))
+        elif end is None:
+            raise JobError(f"{args.end_flag} is required (unless --replay)")
+        else:
+            check_interval(pipeline, start, end)
+            spark = spark_session(f"finalresults-{pipeline.name}", metastore=args.metastore)
+            ran = _one_batch(spark, pipeline, table, start, end, args, sys.argv[0])
+            print(summary(ran))
+        print(gate_summary(after_run(spark, pipeline, args.warehouse, ran, args.run_id)))
+        return 0
+    except FrameworkError as e:
+        return _failed(e, verbose=False)
+    finally:
+        if spark is not None:
+            spark.stop()

@@ -6,14 +6,14 @@ A job module (``jobs/<name>.py``) declares ``PIPELINE``, the ``LANDING`` table i
 ``ingest_time`` falls in ``[batch_start, batch_end)``; its id is the ISO form of ``batch_start``,
 so ids increase with time and re-running an interval is an idempotent no-op (docs/design.md#crashes-and-re-runs).
 With ``--replay`` the same entry point replays committed intervals from the landing table as it
-is now (``replay_intervals``, docs/design.md#replay): the replay DAG submits that. After either,
+is now (``replay_intervals``, docs/design.md#replay): the replay DAG submits that. A job's command
+line is ``finalresults run``'s (``cli.job_parser``, ``cli.job_main``). After either,
 the job validates the results table in its own Spark session and leaves the outcome for the DAG's
 quality-gate task (``framework.operations.outcome``), which then needs no Spark of its own.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import importlib.util
 import os
@@ -237,70 +237,3 @@ def gate_summary(found: Outcome) -> str:
     return f"{found.pipeline} results: {verdict}; the quality_gate task reports it" + (
         f" (Data Docs: {found.docs})" if found.docs else ""
     )
-
-
-def _arguments(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description=(
-            "Run one batch of this pipeline: the landing records that arrived in [--batch-start, --batch-end). "
-            "With --replay, replay the committed batches of the --every-long intervals from --batch-start to "
-            "--batch-end (default: through the last committed batch)."
-        ),
-    )
-    parser.add_argument("--batch-start", required=True, help="interval start, ISO timestamp (data_interval_start)")
-    parser.add_argument("--batch-end", help="interval end, ISO timestamp, exclusive (required unless --replay)")
-    parser.add_argument("--replay", action="store_true", help="replay a committed range (framework.replay)")
-    parser.add_argument("--every", help="with --replay: the interval length, e.g. 1h")
-    parser.add_argument("--warehouse", required=True, help="folder of the pipelines' Delta tables")
-    parser.add_argument("--landing", required=True, help="folder of the landing Delta tables")
-    parser.add_argument("--catalog", help="also keep the pipeline's tables in this catalog schema")
-    parser.add_argument("--metastore", help="folder of an embedded metastore for --catalog (one machine only)")
-    parser.add_argument("--run-id", help="the Airflow run whose quality gate reads this run's validation outcome")
-    parser.add_argument(
-        "--allow-gap",
-        nargs="?",
-        const="true",
-        default="false",
-        help="run the batch although it does not start where the last committed interval ended "
-        "(the records between are skipped on purpose); a DAG passes its param allow_gap",
-    )
-    return parser
-
-
-def main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> int:
-    """Entry point of ``spark-submit jobs/<name>.py``: run one batch (or a replay), then validate
-    the results table for the quality gate; 0 on success (the validation's verdict is the gate's
-    to report), 1 on error."""
-    args = _arguments(f"spark-submit {Path(sys.argv[0]).name}").parse_args(sys.argv[1:] if argv is None else argv)
-    from ..operations.validation import after_run
-    from ..storage.session import spark_session
-
-    spark = None
-    try:
-        start = parse_time(args.batch_start, "--batch-start")
-        end = parse_time(args.batch_end, "--batch-end") if args.batch_end else None
-        if args.replay:
-            every = parse_duration(args.every or "")
-            spark = spark_session(f"finalresults-{pipeline.name}-replay", metastore=args.metastore)
-            replayed = replay_intervals(spark, pipeline, table, start, end, every, args.warehouse, args.landing)
-            print(replay_summary(replayed))
-            print(gate_summary(after_run(spark, pipeline, args.warehouse, replayed, args.run_id)))
-            return 0
-        if end is None:
-            raise JobError("--batch-end is required (unless --replay)")
-        check_interval(pipeline, start, end)
-        spark = spark_session(f"finalresults-{pipeline.name}", metastore=args.metastore)
-        allow_gap = args.allow_gap.strip().lower() in ("true", "1", "yes")
-        ran = run_interval(
-            spark, pipeline, table, start, end, args.warehouse, args.landing, args.catalog, allow_gap, sys.argv[0]
-        )
-        print(summary(ran))
-        print(gate_summary(after_run(spark, pipeline, args.warehouse, ran, args.run_id)))
-        return 0
-    except FrameworkError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    finally:
-        if spark is not None:
-            spark.stop()
