@@ -4,6 +4,7 @@ and ``describe`` are in ``tests/unit/test_cli_arguments.py``, ``status`` in ``te
 import datetime as dt
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +17,21 @@ from framework.orchestration.jobs import load_job
 ROOT = Path(__file__).resolve().parents[1]
 ALERTS = str(ROOT / "jobs" / "user_alerts.py")
 START, END = dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 1, 3)
+
+
+def _status_starts_no_jvm(warehouse):
+    """``status`` without ``--live`` reads the status file a run left: no JVM, no SparkSession."""
+    code = (
+        "import sys\n"
+        "from framework.orchestration.cli import main\n"
+        f"assert main(['status', '--warehouse', {warehouse!r}]) == 0\n"
+        "from pyspark import SparkContext\n"
+        "from pyspark.sql import SparkSession\n"
+        "print('jvm:', SparkContext._gateway is not None or SparkSession.getActiveSession() is not None)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "last batch     2026-01-01T02:00:00 (seq 3)" in done.stdout and done.stdout.endswith("jvm: False\n")
 
 
 @pytest.mark.slow
@@ -51,7 +67,12 @@ def test_backfill_status_validate(spark, tmp_path, capsys, monkeypatch):
     assert main(["status", "--warehouse", warehouse]) == 0
     status = capsys.readouterr().out
     assert "last batch     2026-01-01T02:00:00 (seq 3)" in status and "open windows" in status
-    assert "quality gate" in status
+    assert "quality gate" in status and "the status file the last run left" in status
+    assert main(["status", "--warehouse", warehouse, "--live"]) == 0
+    live = capsys.readouterr().out
+    assert "as of          the tables, now (--live)" in live
+    assert live.split("\n", 2)[2] == status.split("\n", 2)[2]  # the file says what the tables say
+    _status_starts_no_jvm(warehouse)
 
     before = Runtime(spark, warehouse).read_output(load_job(ALERTS).PIPELINE).collect()
     assert main(["replay", ALERTS, "--from", "2026-01-01T01:00", *paths]) == 0

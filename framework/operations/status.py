@@ -313,6 +313,17 @@ def save(spark: SparkSession, warehouse: str, name: str) -> PipelineStatus:
     return status
 
 
+def saved_at(warehouse: str, name: str) -> dt.datetime | None:
+    """When the status at ``snapshot_location`` was left (UTC), read without Spark; None if none."""
+    from pyarrow import fs
+
+    files, path = outcome.filesystem(snapshot_location(warehouse, name))
+    info = files.get_file_info(path)
+    if info.type == fs.FileType.NotFound or info.mtime is None:
+        return None
+    return info.mtime.astimezone(dt.timezone.utc)
+
+
 def load(warehouse: str, name: str) -> PipelineStatus | None:
     """The status the last job of ``name`` left, read without Spark (``outcome.read_text``); None if none."""
     found = outcome.read_text(snapshot_location(warehouse, name))

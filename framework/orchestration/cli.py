@@ -18,6 +18,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import ModuleType
@@ -44,6 +46,8 @@ from .jobs import (
 )
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from ..operations.replay import ReplayResult
     from ..operations.runtime import BatchResult
 
@@ -134,8 +138,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     end = parse_time(args.end, args.end_flag) if args.end else start + _schedule(job, None)
     check_interval(job.PIPELINE, start, end)
     _check_paths(args, job)
-    print(summary(_one_batch(_spark(args, job.PIPELINE.name), job.PIPELINE, job.LANDING, start, end, args, args.job)))
+    spark = _spark(args, job.PIPELINE.name)
+    with _leaving_status(spark, args.warehouse, job.PIPELINE.name):
+        print(summary(_one_batch(spark, job.PIPELINE, job.LANDING, start, end, args, args.job)))
     return 0
+
+
+@contextmanager
+def _leaving_status(spark: SparkSession, warehouse: str, name: str) -> Iterator[None]:
+    """Leave the pipeline's status file after the command, as a job does (``status.save``), for
+    ``finalresults status`` and the Airflow plugin to read without Spark: also when a batch was
+    refused or failed its audit (a framework error: Spark itself is fine)."""
+    from ..operations import status
+
+    try:
+        yield
+    except FrameworkError:
+        status.save(spark, warehouse, name)
+        raise
+    status.save(spark, warehouse, name)
 
 
 def _one_batch(spark, pipeline: Pipeline, table: str, start, end, args: argparse.Namespace, job: str) -> BatchResult:
@@ -152,6 +173,19 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     _check_paths(args, job)
     spark = _spark(args, job.PIPELINE.name)
     progress = _Progress(f"backfill {job.PIPELINE.name}")
+    with _leaving_status(spark, args.warehouse, job.PIPELINE.name):
+        results = _backfill(spark, job, todo, args, progress)
+    ran = [r for r in results if r.status == "committed"]
+    print(
+        f"backfill {job.PIPELINE.name}: {len(results)} interval(s) in {_duration(time.monotonic() - progress.started)}"
+        f": {len(ran)} committed, {len(results) - len(ran)} already committed; "
+        f"records in {sum(r.metrics.get('records_in') or 0 for r in ran):,}, emitted {sum(r.emitted for r in ran):,}"
+    )
+    return 0
+
+
+def _backfill(spark: SparkSession, job: ModuleType, todo: list, args: argparse.Namespace, progress: _Progress):
+    """The batches of the intervals ``todo`` in order, a line each; a failure says where it stopped."""
     results = []
     for n, (start, end) in enumerate(todo, 1):
         try:
@@ -167,13 +201,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         print(summary(result), flush=True)
         progress(n, len(todo), worked=result.status == "committed")
         results.append(result)
-    ran = [r for r in results if r.status == "committed"]
-    print(
-        f"backfill {job.PIPELINE.name}: {len(results)} interval(s) in {_duration(time.monotonic() - progress.started)}"
-        f": {len(ran)} committed, {len(results) - len(ran)} already committed; "
-        f"records in {sum(r.metrics.get('records_in') or 0 for r in ran):,}, emitted {sum(r.emitted for r in ran):,}"
-    )
-    return 0
+    return results
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -184,21 +212,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if stop is not None:
         intervals(start, stop, every)  # refuse a misaligned range before Spark starts
     _check_paths(args, job)
-    print(
-        replay_summary(
-            replay_intervals(
-                _spark(args, f"{job.PIPELINE.name}-replay"),
-                job.PIPELINE,
-                job.LANDING,
-                start,
-                stop,
-                every,
-                args.warehouse,
-                args.landing,
-                progress=_Progress(f"replay {job.PIPELINE.name}"),
-            )
+    spark = _spark(args, f"{job.PIPELINE.name}-replay")
+    progress = _Progress(f"replay {job.PIPELINE.name}")
+    with _leaving_status(spark, args.warehouse, job.PIPELINE.name):
+        ran = replay_intervals(
+            spark, job.PIPELINE, job.LANDING, start, stop, every, args.warehouse, args.landing, progress=progress
         )
-    )
+    print(replay_summary(ran))
     return 0
 
 
@@ -221,27 +241,71 @@ def _pipeline_names(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """The status each pipeline's last job or command left (no Spark), or with ``--live`` read
+    from its tables; either way as text, ``--json`` or ``--html``."""
     from ..operations import status
 
     if args.last < 0:
         raise JobError(f"--last must be 0 or more, got {args.last}")
     names = _pipeline_names(args)
-    found = [status.read(_spark(args, "status"), args.warehouse, name) for name in names] if names else []
+    if args.live:
+        spark = _spark(args, "status") if names else None  # no pipelines: no Spark
+        found = [status.read(spark, args.warehouse, name) for name in names if spark is not None]
+        ages: dict[str, str | None] = {}
+    else:
+        found = [_left(status, args.warehouse, name) for name in names]
+        ages = {s.name: _age(status.saved_at(args.warehouse, s.name)) for s in found}
     found = [s for s in found if s.started or args.jobs]  # other folders are no pipeline's
     if args.html:
         from ..operations import statuspage
 
         with open(args.html, "w", encoding="utf-8") as out:
             out.write(statuspage.page(args.warehouse, found, statuspage.local_links(args.warehouse)))
-        print(f"{args.html}: status of {len(found)} pipeline(s)")
+        print(f"{args.html}: status of {len(found)} pipeline(s)" + _as_of(ages))
     elif args.json:
-        pipelines = [{**s.to_json(), "batches": s.batches[-args.last :] if args.last else []} for s in found]
+        pipelines = [
+            {
+                **s.to_json(),
+                "batches": s.batches[-args.last :] if args.last else [],
+                "status_file_age": ages.get(s.name),
+            }
+            for s in found
+        ]
         print(json.dumps({"warehouse": args.warehouse, "pipelines": pipelines}, indent=2, default=str))
     elif not found:
         print(f"no pipelines under {args.warehouse}")
     else:
-        print("\n\n".join(status.text(s, args.last) for s in found))
+        print("\n\n".join(_with_age(status.text(s, args.last), ages, s.name, args.live) for s in found))
     return 0
+
+
+def _left(status: ModuleType, warehouse: str, name: str):
+    """The status the last job or command of ``name`` left, or an empty one if none did."""
+    return status.load(warehouse, name) or status.PipelineStatus(name, f"{warehouse.rstrip('/')}/{name}")
+
+
+def _age(saved: dt.datetime | None) -> str | None:
+    """How old a status file is, as a person reads it (``3 min 5 s``); None without a file."""
+    if saved is None:
+        return None
+    return _duration(max(0.0, (dt.datetime.now(dt.timezone.utc) - saved).total_seconds()))
+
+
+def _as_of(ages: dict[str, str | None]) -> str:
+    known = [a for a in ages.values() if a is not None]
+    return f" (from status files; {', '.join(f'{n} {a} old' for n, a in ages.items() if a)})" if known else ""
+
+
+def _with_age(text: str, ages: dict[str, str | None], name: str, live: bool) -> str:
+    """``text`` with a line after its heading saying where it comes from and how old it is."""
+    if live:
+        where = "the tables, now (--live)"
+    elif ages.get(name) is None:
+        where = "no status file: no job or command has left one; --live reads the tables"
+    else:
+        where = f"the status file the last run left, {ages[name]} ago; --live reads the tables"
+    head, _, rest = text.partition("\n")
+    return f"{head}\n  as of          {where}\n{rest}"
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
