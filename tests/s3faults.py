@@ -33,9 +33,11 @@ HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length",
 
 @dataclass
 class Seen:
-    """What the proxy answered to commit PUTs: (key, status or "drop"), in order."""
+    """What the proxy answered to commit PUTs: (key, status or "drop"), in order; and the
+    headers of each commit file's first PUT (names in lower case)."""
 
     commits: list[tuple[str, int | str]] = field(default_factory=list)
+    sent: dict[str, dict[str, str]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def faults(self) -> list[int | str]:
@@ -83,6 +85,7 @@ def _handler(upstream: str, landed: Sequence[int | str], conditional: bool, seen
                     if landed and key not in answers:  # a new file: the next fault, in turn
                         status = landed[len(answers) % len(landed)]
                     seen.commits.append((key, status))
+                    seen.sent.setdefault(key, {name.lower(): value for name, value in self.headers.items()})
                 if status == "drop":
                     self.close_connection = True  # the PUT landed; its answer never comes
                     return

@@ -6,7 +6,10 @@ Delta commits a table's version N by creating ``_delta_log/N.json`` only if it i
 local disk the framework holds a file lock around each commit for that (``locks.committing``).
 On S3 the LogStore does it: ``S3ConditionalPutLogStore`` (``java/``, built into a small jar by
 ``make install``) writes each commit file with one conditional PUT (``If-None-Match: *``), so of
-two writers of one version exactly one wins, whatever process or machine they run on. Delta's own
+two writers of one version exactly one wins, whatever process or machine they run on. The PUT is
+built by s3a's request factory (the bucket's encryption, ACL and storage class apply), carries an
+id that tells the writer's own commit from a conflict when a retried PUT is answered 412, and is
+sent only to a store seen to refuse a second conditional PUT of one key. Delta's own
 ``S3DynamoDBLogStore`` (artifact ``io.delta:delta-storage-s3-dynamodb``) does the same with a
 DynamoDB table; set ``spark.delta.logStore.s3a.impl`` to it where that artifact can be installed.
 """
