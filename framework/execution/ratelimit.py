@@ -327,23 +327,6 @@ def _fold(
     """A pandas function: run stored entries, updates (and ticks) through a buffer per key, or
     through one buffer for the whole group when ``eager``."""
 
-    def entry_order(r: dict) -> tuple:
-        return r[ENTRY_KEY], r.get("window_start") or 0, r.get("window_end") or 0
-
-    def event(r: dict) -> eviction.Update | eviction.Tick:
-        if r[KIND] == TICK:
-            return eviction.Tick(int(r[POS]), int(r[STREAM_AFTER]))
-        return eviction.Update(
-            tuple(r[c] for c in carried),
-            entry_order(r),
-            int(r[POS]),
-            int(r[STREAM_BEFORE]),
-            int(r[STREAM_AFTER]),
-            int(r[BUFFER_TIME]),
-            int(r[SIZE]),
-            (int(r[POS]), int(r[STEP])),
-        )
-
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
         groups: dict[object, list[dict]] = {}
         for r in pdf.drop(columns=GROUP).to_dict("records"):
@@ -352,49 +335,71 @@ def _fold(
         for rows in groups.values():
             buf = eviction.Buffer(limit_ms, max_records, max_bytes, eager)
             buf.load(
-                eviction.Entry(tuple(r[c] for c in carried), entry_order(r), int(r[BUFFER_TIME]), int(r[SIZE]))
+                eviction.Entry(tuple(r[c] for c in carried), _entry_order(r), int(r[BUFFER_TIME]), int(r[SIZE]))
                 for r in rows
                 if r[KIND] == STORED
             )
             events = [
-                event(r)
+                _event(r, carried)
                 for r in sorted((r for r in rows if r[KIND] != STORED), key=lambda r: (r[POS], r[KIND], r[STEP] or 0))
             ]
-            out += [
-                (
-                    *c.entry.ident,
-                    c.kind,
-                    c.pos,
-                    c.stream_time,
-                    c.threshold,
-                    *(c.entry.ref or (None, None)),
-                    c.entry.time,
-                    c.entry.size,
-                    c.entry.order[0],
-                    c.d_count,
-                    c.d_bytes,
-                )
-                for c in eviction.fold(buf, events, stream_time, end_known=eager)
-            ]
-        return pd.DataFrame(
-            out,
-            columns=[
-                *carried,
-                WHAT,
-                POS,
-                STREAM_TIME,
-                THRESHOLD,
-                REF,
-                REF_STEP,
-                BUFFER_TIME,
-                SIZE,
-                ENTRY_KEY,
-                COUNT_CHANGE,
-                BYTES_CHANGE,
-            ],
-        )
+            out += [_change_row(c) for c in eviction.fold(buf, events, stream_time, end_known=eager)]
+        return pd.DataFrame(out, columns=[*carried, *_CHANGE_COLUMNS])
 
     return run
+
+
+def _entry_order(r: dict) -> tuple:
+    return r[ENTRY_KEY], r.get("window_start") or 0, r.get("window_end") or 0
+
+
+def _event(r: dict, carried: list[str]) -> eviction.Update | eviction.Tick:
+    """A row of ``_fold``'s input as what the buffer processes: an update, or a tick of stream time."""
+    if r[KIND] == TICK:
+        return eviction.Tick(int(r[POS]), int(r[STREAM_AFTER]))
+    return eviction.Update(
+        tuple(r[c] for c in carried),
+        _entry_order(r),
+        int(r[POS]),
+        int(r[STREAM_BEFORE]),
+        int(r[STREAM_AFTER]),
+        int(r[BUFFER_TIME]),
+        int(r[SIZE]),
+        (int(r[POS]), int(r[STEP])),
+    )
+
+
+_CHANGE_COLUMNS = [
+    WHAT,
+    POS,
+    STREAM_TIME,
+    THRESHOLD,
+    REF,
+    REF_STEP,
+    BUFFER_TIME,
+    SIZE,
+    ENTRY_KEY,
+    COUNT_CHANGE,
+    BYTES_CHANGE,
+]
+
+
+def _change_row(c: eviction.Change) -> tuple:
+    """A buffer's change as a row of ``_fold``'s output: the entry's key, then ``_CHANGE_COLUMNS``."""
+    ref = c.entry.ref or (None, None)
+    return (
+        *c.entry.ident,
+        c.kind,
+        c.pos,
+        c.stream_time,
+        c.threshold,
+        *ref,
+        c.entry.time,
+        c.entry.size,
+        c.entry.order[0],
+        c.d_count,
+        c.d_bytes,
+    )
 
 
 def _placed(b: Batch, emits: DataFrame) -> DataFrame:

@@ -94,7 +94,7 @@ class BatchResult:
     metrics: dict = field(default_factory=dict)
 
 
-def result_of(s: Settings, p: Pipeline, t: tables.Tables, row: LedgerRow, status: str) -> BatchResult:
+def result_of(p: Pipeline, row: LedgerRow, status: str) -> BatchResult:
     """What committed batch ``row`` did, as its ledger row records it."""
     values = row.recorded_metrics() or {}
     published = values.get("rows_published", values.get("suppression_emit_total"))  # older rows: no count
@@ -237,7 +237,7 @@ class BatchAttempt:
                 f"(fingerprint {done.fingerprint} != {inp.fingerprint}). Committed batches are immutable; "
                 "use replay to re-run a historical range."
             )
-        return result_of(self.s, self.p, self.t, done, "already committed")
+        return result_of(self.p, done, "already committed")
 
     def _check(self, pending: list[str]) -> None:
         """Refuse a batch out of order, over an unfinished attempt, or of a changed definition."""

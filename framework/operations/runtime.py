@@ -97,7 +97,7 @@ class Runtime:
     def committed_batch(self, p: Pipeline, batch_id: str) -> BatchResult | None:
         """What batch ``batch_id`` of ``p`` did, as its ledger row records it; None until it commits."""
         row = bookkeeping.last_committed(self.spark, self.tables(p).root, batch_id)
-        return None if row is None else result_of(self.settings, p, self.tables(p), row, "committed")
+        return None if row is None else result_of(p, row, "committed")
 
     def register(self, p: Pipeline) -> list[str]:
         """Keep ``p``'s existing tables in the ``catalog`` schema (no-op without one); their names.

@@ -17,11 +17,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ..definition.columns import EMITTED_AT, GONE
-from ..definition.names import TOMBSTONE
+from ..definition.names import EMITTED_COLUMNS, TOMBSTONE
 from ..definition.pipeline import Pipeline
 from . import tables, writes
-
-EMITTED = ["emitted_batch_id", "emitted_stream_time"]
 
 
 def shape(p: Pipeline, results: DataFrame, batch_id: str, stream_time: int | None) -> DataFrame:
@@ -42,7 +40,8 @@ def shape(p: Pipeline, results: DataFrame, batch_id: str, stream_time: int | Non
     stamp = F.timestamp_millis(F.lit(stream_time)) if stream_time is not None else F.lit(None).cast("timestamp")
     if EMITTED_AT in df.columns:  # rate-limited updates leave record by record: each has its own stream time
         stamp = F.timestamp_millis(EMITTED_AT)
-    return df.withColumn("emitted_batch_id", F.lit(batch_id)).withColumn("emitted_stream_time", stamp).drop(EMITTED_AT)
+    batch_column, time_column = EMITTED_COLUMNS
+    return df.withColumn(batch_column, F.lit(batch_id)).withColumn(time_column, stamp).drop(EMITTED_AT)
 
 
 def staged(p: Pipeline, rows: DataFrame) -> DataFrame:

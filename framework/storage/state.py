@@ -23,8 +23,6 @@ from ..execution import engine
 from ..execution.streamtime import NO_TIME
 from . import tables, writes
 
-TABLES = ("state", "buffer")  # the state tables; the ledger records ``<name>_version`` of each
-
 
 def buffer_path(t: tables.Tables, p: Pipeline) -> str | None:
     """The rate-limiting buffer of ``p`` (None without one)."""
