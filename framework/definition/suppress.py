@@ -66,6 +66,11 @@ class BufferConfig:
         """Eager: when a bound is exceeded, emit the oldest entries (not final results)."""
         return EagerBufferConfig(self.record_limit, self.byte_limit)
 
+    def shuts_down_when_full(self) -> bool:
+        """Whether exceeding a bound aborts the batch (``BufferFullError``): only a strict buffer
+        made with ``shut_down_when_full()``."""
+        return False
+
     def describe(self) -> str:
         bounds = [
             f"max_records={self.record_limit}" if self.record_limit is not None else "",
@@ -79,6 +84,9 @@ class StrictBufferConfig(BufferConfig):
     """A buffer that never emits before its time: the only kind allowed for final results."""
 
     when_full: str = "shut_down"
+
+    def shuts_down_when_full(self) -> bool:
+        return self.when_full == "shut_down"
 
     def describe(self) -> str:
         return f"strict({super().describe()}, when_full={self.when_full})"

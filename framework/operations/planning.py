@@ -179,7 +179,7 @@ def check_buffer(
     batch): a rate-limiting buffer holds updated keys, a final-results one the open windows
     (after the batch only for lateness="batch", whose buffer is not modelled)."""
     buf = p.suppression.buffer if p.suppression is not None else None
-    if buf is None or getattr(buf, "when_full", None) != "shut_down":
+    if buf is None or not buf.shuts_down_when_full():
         return
     if buf.record_limit is None and buf.byte_limit is None:  # nothing to exceed
         return

@@ -34,11 +34,10 @@ class Staged(tables.Tables):
     tombstones."""
 
     folder: str = ""
-    tombstones: bool = False
 
     @classmethod
     def of(cls, t: tables.Tables, p: Pipeline, folder: str) -> Staged:
-        return cls(t.root, t.sink, folder, tombstones=p.suppression is None)
+        return cls(t.root, t.sink, tombstones=p.suppression is None, folder=folder)
 
     @property
     def state(self) -> str:
@@ -99,7 +98,7 @@ def _publish(steps: Steps, p: Pipeline, t: tables.Tables, folder: str, last: Led
             t.output,
             last.seq,
             tag,
-            tombstones=getattr(t, "tombstones", False),
+            tombstones=t.tombstones,
         )
 
 

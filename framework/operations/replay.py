@@ -35,7 +35,7 @@ import dataclasses
 import datetime as dt
 import uuid
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
@@ -82,11 +82,13 @@ def replay(
     t: tables.Tables,
     pipeline: Pipeline,
     batches: Iterable[ReplayBatch | tuple[str, DataFrame]],
+    progress: Callable[[int, int], None] | None = None,
 ) -> ReplayResult:
     """Re-run committed batches ``batches`` (in order, through the last committed one) of
     ``pipeline``, whose tables are ``t``, with their given input, replacing their results
     atomically (see the module docstring). The batches run under the caller's settings
     (quality gate included) against a staged layout, which no catalog ever names.
+    ``progress(done, total)`` is called as each batch has run (before the range commits).
 
     Raises ``ReplayError`` for a range that is not the committed tail or state that VACUUM
     removed, and ``ConcurrentBatchError`` when another batch or replay committed first; any
@@ -115,10 +117,7 @@ def replay(
     committing = False
     try:
         _seed(spark, staged.state, t.state, first, before)
-        results = tuple(
-            BatchAttempt(s, p, b.batch_id, staged, ledgers).run(b.input_df, b.batch_end, b.batch_start, allow_gap=True)
-            for b in todo
-        )
+        results = _run_all(s, ledgers, p, staged, todo, progress)
         if [r.seq for r in results] != [r.seq for r in range_rows]:
             raise ReplayError(
                 f"{where}: replayed sequence numbers {[r.seq for r in results]} differ from the "
@@ -146,6 +145,25 @@ def replay(
         removed=removed,
         emitted=sum(r.emitted for r in results),
     )
+
+
+def _run_all(
+    s: Settings,
+    ledgers: ledger.Ledgers,
+    p: Pipeline,
+    staged: Staged,
+    todo: list[ReplayBatch],
+    progress: Callable[[int, int], None] | None,
+) -> tuple[BatchResult, ...]:
+    """Run the replayed batches against the staged layout, in order, reporting ``progress``."""
+    results = []
+    for done, b in enumerate(todo, 1):
+        results.append(
+            BatchAttempt(s, p, b.batch_id, staged, ledgers).run(b.input_df, b.batch_end, b.batch_start, allow_gap=True)
+        )
+        if progress is not None:
+            progress(done, len(todo))
+    return tuple(results)
 
 
 def _failure(where: str, e: BaseException) -> Exception | None:

@@ -191,8 +191,13 @@ class Runtime:
                 first_line(e),
             )
 
-    def replay(self, pipeline: Pipeline, batches: Iterable[ReplayBatch | tuple[str, DataFrame]]) -> ReplayResult:
+    def replay(
+        self,
+        pipeline: Pipeline,
+        batches: Iterable[ReplayBatch | tuple[str, DataFrame]],
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ReplayResult:
         """Re-run the committed batches from ``batches[0]`` through the last one with the given
-        input (``ReplayBatch`` or ``(batch_id, input_df)``), replacing their results atomically.
-        See ``framework.operations.replay``."""
-        return replay(self.settings, self._ledgers, self.tables(pipeline), pipeline, batches)
+        input (``ReplayBatch`` or ``(batch_id, input_df)``), replacing their results atomically;
+        ``progress(done, total)`` is called as each has run. See ``framework.operations.replay``."""
+        return replay(self.settings, self._ledgers, self.tables(pipeline), pipeline, batches, progress)

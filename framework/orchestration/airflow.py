@@ -202,8 +202,10 @@ def _submit(
     )
 
 
-def _gate(application: str, warehouse: str, outlet: Asset | None = None) -> PythonOperator:
-    run = {"batch_start": INTERVAL_START} if outlet is not None else {"replay": True}
+def _gate(application: str, warehouse: str, *, replay: bool, outlet: Asset | None = None) -> PythonOperator:
+    """The ``quality_gate`` task: it checks the outcome of a replay (``replay``), else of the
+    batch of the run's interval, and announces ``outlet``, if any."""
+    run = {"replay": True} if replay else {"batch_start": INTERVAL_START}
     return PythonOperator(
         task_id="quality_gate",
         python_callable=quality_gate,
@@ -212,12 +214,22 @@ def _gate(application: str, warehouse: str, outlet: Asset | None = None) -> Pyth
     )
 
 
-def _defined_by_caller(dag: DAG) -> DAG:
-    """``dag``, its file the DAG file that called the factory, as Airflow's ``@dag`` records it:
-    Airflow would name this module, and a task process run by an executor (``dag.test(use_executor=True)``
-    included) parses the DAG's file to find its task."""
-    dag.fileloc = sys._getframe(2).f_code.co_filename
+def _defined_in(dag: DAG, dag_file: str | None) -> DAG:
+    """``dag``, its file ``dag_file`` or by default the calling DAG file (``_calling_file``), as
+    Airflow's ``@dag`` records it: Airflow would name this module, and a task process run by an
+    executor (``dag.test(use_executor=True)`` included) parses the DAG's file to find its task."""
+    dag.fileloc = dag_file or _calling_file()
     return dag
+
+
+def _calling_file() -> str:
+    """The innermost file on the call stack outside the framework package: the DAG file that
+    called a factory directly (a helper of the user's in between is not seen: pass ``dag_file``)."""
+    framework = str(Path(__file__).resolve().parents[1])
+    frame = sys._getframe(1)
+    while frame.f_back is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(framework):
+        frame = frame.f_back
+    return frame.f_code.co_filename
 
 
 def pipeline_dag(
@@ -240,6 +252,7 @@ def pipeline_dag(
     spark_env: dict[str, str] | None = None,
     spark_binary: str | None = None,
     packages: str | None = DELTA_PACKAGE,
+    dag_file: str | None = None,
 ) -> DAG:
     """A DAG running ``job_module`` once per data interval: ``spark_batch`` (spark-submit of the
     job for the interval) then ``quality_gate``, whose results-asset event names the batch.
@@ -275,6 +288,9 @@ def pipeline_dag(
         jars (``DELTA_PACKAGE``), passed as ``--jars`` with the files Ivy resolved at install
         when they are on this machine (``framework.storage.jars``: the Airflow worker shares
         the scheduler's install); None where the cluster has them already.
+    :param dag_file: the DAG file defining the DAG, which a task process parses to find its
+        task; default: the file that called this factory (pass ``__file__`` when a function of
+        yours in another file calls it).
     :return: the DAG.
     :raises TypeError: without a ``schedule`` (none given, none in the job) or a ``start_date``.
 
@@ -331,8 +347,8 @@ def pipeline_dag(
             spark_binary=spark_binary,
             packages=packages,
         )
-        batch >> _gate(application, warehouse, _results_asset(pipeline, warehouse))
-    return _defined_by_caller(dag)
+        batch >> _gate(application, warehouse, replay=False, outlet=_results_asset(pipeline, warehouse))
+    return _defined_in(dag, dag_file)
 
 
 def replay_dag(
@@ -347,6 +363,7 @@ def replay_dag(
     spark_env: dict[str, str] | None = None,
     spark_binary: str | None = None,
     packages: str | None = DELTA_PACKAGE,
+    dag_file: str | None = None,
 ) -> DAG:
     """A manually triggered DAG replaying a committed range of ``job_module`` (``framework.operations.replay``):
     ``spark_replay`` (spark-submit of the job with ``--replay``) then ``quality_gate``.
@@ -354,7 +371,8 @@ def replay_dag(
     Trigger it with params ``start`` (the first replayed interval's start, ISO) and optionally
     ``end`` (default: through the last committed batch, the only end a replay accepts). Intervals
     are ``every`` long (default: the job's ``SCHEDULE``), as the pipeline's DAG ran them. Pause
-    the pipeline's DAG meanwhile: its next batch is refused while the replay runs.
+    the pipeline's DAG meanwhile: its next batch is refused while the replay runs. The other
+    arguments are ``pipeline_dag``'s.
 
     Example::
 
@@ -397,5 +415,5 @@ def replay_dag(
             spark_binary=spark_binary,
             packages=packages,
         )
-        replay >> _gate(application, warehouse)
-    return _defined_by_caller(dag)
+        replay >> _gate(application, warehouse, replay=True)
+    return _defined_in(dag, dag_file)

@@ -192,15 +192,7 @@ def replay_intervals(
     from ..operations.runtime import Runtime
     from ..storage import bookkeeping
 
-    ran = 0
-
-    def batch_ran(point: str) -> None:  # "publish" is each batch's last write point
-        nonlocal ran
-        if point == "publish" and progress is not None:
-            ran += 1
-            progress(ran, len(todo))
-
-    rt = Runtime(spark, warehouse, before_write=batch_ran)
+    rt = Runtime(spark, warehouse)
     if stop is None:
         last = bookkeeping.last_committed(spark, rt.tables(pipeline).root)
         if last is None:
@@ -208,7 +200,9 @@ def replay_intervals(
         stop = parse_time(last.batch_id, "the last committed batch id") + every
     todo = intervals(start, stop, every)
     return rt.replay(
-        pipeline, [ReplayBatch(batch_id(s), read_landing(spark, landing, table, s, e), e, s) for s, e in todo]
+        pipeline,
+        [ReplayBatch(batch_id(s), read_landing(spark, landing, table, s, e), e, s) for s, e in todo],
+        progress,
     )
 
 

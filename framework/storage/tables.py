@@ -51,6 +51,7 @@ class Tables:
 
     root: str
     sink: str
+    tombstones: bool = False  # a MERGEd sink keeps its deletes as tombstone rows (a replay's staging)
 
     @property
     def state(self) -> str:
