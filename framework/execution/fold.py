@@ -27,7 +27,7 @@ from ..definition.columns import ARRIVAL_POS, STREAM_BEFORE, TS
 from ..definition.windows import SessionWindows, SlidingWindows
 
 HELD, RECORD, TOMBSTONE = 0, 1, 2  # kinds of input row (and of a session fold's member)
-KIND, ID, A, B = "_kind", "_id", "_a", "_b"  # input: kind, id (window start or arrival position), two times
+ROW_KIND, ID, A, B = "_row_kind", "_id", "_a", "_b"  # input: kind, id (window start or arrival position), two times
 BATCH_ROWS = 10_000  # output rows per Arrow batch
 
 
@@ -55,11 +55,11 @@ def run(held: DataFrame, records: DataFrame, keys: list[str], make: Callable[[],
     ``records`` the keys, ``ARRIVAL_POS``, ``TS`` and ``STREAM_BEFORE``. Checkpointed, as the
     plan reads it several times."""
     rows = held.select(
-        *keys, F.lit(HELD).alias(KIND), ID, A, B, F.lit(None).cast("long").alias(STREAM_BEFORE)
+        *keys, F.lit(HELD).alias(ROW_KIND), ID, A, B, F.lit(None).cast("long").alias(STREAM_BEFORE)
     ).unionByName(
         records.select(
             *keys,
-            F.lit(RECORD).alias(KIND),
+            F.lit(RECORD).alias(ROW_KIND),
             F.col(ARRIVAL_POS).alias(ID),
             F.col(TS).alias(A),
             F.col(TS).alias(B),
@@ -67,7 +67,7 @@ def run(held: DataFrame, records: DataFrame, keys: list[str], make: Callable[[],
         )
     )
     schema = StructType([*(records.schema[k] for k in keys), *(StructField(c, LongType()) for c in make().COLUMNS)])
-    ordered = rows.repartition(*keys).sortWithinPartitions(*keys, KIND, ID)
+    ordered = rows.repartition(*keys).sortWithinPartitions(*keys, ROW_KIND, ID)
     return ordered.mapInArrow(_each_key(keys, make, schema), schema).localCheckpoint(eager=True)
 
 
@@ -88,7 +88,7 @@ def _each_key(keys: list[str], make: Callable[[], KeyFold], schema: StructType):
         out: list = []
         for batch in batches:
             column = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-            rows = zip(zip(*(column[k] for k in keys)), *(column[c] for c in (KIND, ID, A, B, STREAM_BEFORE)))
+            rows = zip(zip(*(column[k] for k in keys)), *(column[c] for c in (ROW_KIND, ID, A, B, STREAM_BEFORE)))
             for row_key, kind, ident, a, b, judged in rows:
                 if row_key != key:
                     if key is not None:

@@ -55,13 +55,13 @@ from . import eviction
 from .batch import Batch, Effect, Limited, buffer_stats, finished, merges, partial_names, partials
 from .engine import assign
 
-# Columns of the fold, in this module only. In: an event's kind (KIND, below),
+# Columns of the fold, in this module only. In: an event's kind (EVENT_KIND, below),
 # whether a row is an update (TOUCH), the group folded together. Out (CHANGES): what happened
 # (put, emit, keep) at which position, the stream time then, the threshold an entry left at (when
 # a per-key fold cannot place it), the update holding its value (REF, its position, and REF_STEP,
 # its step there), and the entry.
-KIND, GROUP = "_kind", "_g"
-# The kinds of fold input (KIND): an entry the buffer held before the batch (loaded first), an
+EVENT_KIND, GROUP = "_event_kind", "_g"
+# The kinds of fold input (EVENT_KIND): an entry the buffer held before the batch (loaded first), an
 # update (``eviction.Update``), and, for an eager buffer, a tick per record of the batch (the
 # stream time after it, ``eviction.Tick``). At one arrival position the update folds first.
 STORED, UPDATE, TICK = 0, 1, 2
@@ -168,13 +168,13 @@ def _buffered(b: Batch, ups: DataFrame, stored: DataFrame, limit_ms: int, eager:
     base = [*carried, BUFFER_TIME, SIZE, ENTRY_KEY]
     members = stored.select(
         *base,
-        F.lit(STORED).alias(KIND),
+        F.lit(STORED).alias(EVENT_KIND),
         *[F.lit(None).cast("long").alias(c) for c in (POS, STEP, STREAM_BEFORE, STREAM_AFTER)],
-    ).unionByName(ups.select(*base, F.lit(UPDATE).alias(KIND), POS, STEP, STREAM_BEFORE, STREAM_AFTER))
+    ).unionByName(ups.select(*base, F.lit(UPDATE).alias(EVENT_KIND), POS, STEP, STREAM_BEFORE, STREAM_AFTER))
     if eager:  # the oldest entry of any key leaves when full: one fold over the batch in arrival order
         ticks = b.records.select(
             *[F.lit(None).cast(members.schema[c].dataType).alias(c) for c in base],
-            F.lit(TICK).alias(KIND),
+            F.lit(TICK).alias(EVENT_KIND),
             F.col(ARRIVAL_POS).alias(POS),
             F.lit(None).cast("long").alias(STEP),
             F.lit(None).cast("long").alias(STREAM_BEFORE),
@@ -337,11 +337,13 @@ def _fold(
             buf.load(
                 eviction.Entry(tuple(r[c] for c in carried), _entry_order(r), int(r[BUFFER_TIME]), int(r[SIZE]))
                 for r in rows
-                if r[KIND] == STORED
+                if r[EVENT_KIND] == STORED
             )
             events = [
                 _event(r, carried)
-                for r in sorted((r for r in rows if r[KIND] != STORED), key=lambda r: (r[POS], r[KIND], r[STEP] or 0))
+                for r in sorted(
+                    (r for r in rows if r[EVENT_KIND] != STORED), key=lambda r: (r[POS], r[EVENT_KIND], r[STEP] or 0)
+                )
             ]
             out += [_change_row(c) for c in eviction.fold(buf, events, stream_time, end_known=eager)]
         return pd.DataFrame(out, columns=[*carried, *_CHANGE_COLUMNS])
@@ -355,7 +357,7 @@ def _entry_order(r: dict) -> tuple:
 
 def _event(r: dict, carried: list[str]) -> eviction.Update | eviction.Tick:
     """A row of ``_fold``'s input as what the buffer processes: an update, or a tick of stream time."""
-    if r[KIND] == TICK:
+    if r[EVENT_KIND] == TICK:
         return eviction.Tick(int(r[POS]), int(r[STREAM_AFTER]))
     return eviction.Update(
         tuple(r[c] for c in carried),

@@ -70,7 +70,7 @@ app = FastAPI(title="finalresults", dependencies=[Depends(get_user)], docs_url=N
 
 
 @dataclass(frozen=True)
-class Pipeline:
+class PipelineView:
     """A pipeline as Airflow knows it: its DAG, its name and its warehouse (a path or a URI)."""
 
     dag_id: str
@@ -78,7 +78,7 @@ class Pipeline:
     warehouse: str
 
 
-def _pipeline(dag_id: str, name: str, uri: str) -> Pipeline | None:
+def _pipeline(dag_id: str, name: str, uri: str) -> PipelineView | None:
     """The pipeline whose results asset is ``name`` at ``uri``; None, with a log line, for an
     asset of the group that is no results asset (its warehouse could not be told)."""
     found = RESULTS_ASSET.fullmatch(name)
@@ -95,10 +95,10 @@ def _pipeline(dag_id: str, name: str, uri: str) -> Pipeline | None:
         )
         return None
     warehouse = str(path.parent.parent) if parsed.scheme == "file" else uri.rsplit("/", 2)[0]
-    return Pipeline(dag_id, found[1], warehouse)
+    return PipelineView(dag_id, found[1], warehouse)
 
 
-def _pipelines(session, user, dag_id: str | None = None) -> list[Pipeline]:
+def _pipelines(session, user, dag_id: str | None = None) -> list[PipelineView]:
     """The pipelines (of DAG ``dag_id``, or all) whose results asset a DAG updates and whose DAG
     ``user`` may read."""
     query = (
@@ -125,7 +125,7 @@ def _runs(session, ui: str, dag_id: str, batch_ids: list[str]) -> dict[str, str]
     return {b: f"{ui}/dags/{quote(dag_id)}/runs/{quote(by_start[b].run_id)}" for b in batch_ids if b in by_start}
 
 
-def _section(request: Request, session, p: Pipeline, anchor: str) -> str:
+def _section(request: Request, session, p: PipelineView, anchor: str) -> str:
     """A pipeline's section, linking to pages by absolute path: the plugin's own (its mount point is
     the request's root path) and the UI's (the root path without the mount point). A status or
     Data Docs folder that cannot be read gives a section saying so, and a log line: one
