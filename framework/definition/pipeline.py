@@ -310,7 +310,7 @@ class Pipeline:
 
     def describe(self) -> str:
         """The topology as text, like Kafka Streams' ``Topology.describe()``."""
-        store = f"{self.name}.window_state" if self.windows is not None else f"{self.name}.table_state"
+        store = f"{self.name}._state ({'window' if self.windows is not None else 'key'} rows)"
         lines = [
             f"Topology: {self.name}",
             f"  Source: input (timestamp={self.timestamp}, arrival={self.arrival or '<event time>'}, "

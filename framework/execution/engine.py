@@ -1,6 +1,7 @@
 """Execution: turn one batch plus the previous state into state changes and results.
 
-Pure DataFrame plans, no writes (writes belong to ``runtime``). Three strategies:
+Pure DataFrame plans, no writes (``storage.state`` and ``storage.sinks`` write what an
+attempt, ``operations.attempt``, planned). Two strategies:
 
 - time windows and plain tables: records are assigned to windows with SQL array functions,
   aggregated into partial columns and merged with the stored partials;
@@ -9,8 +10,9 @@ Pure DataFrame plans, no writes (writes belong to ``runtime``). Three strategies
   Kafka Streams does, from the windows the key holds); aggregation stays in SQL.
 
 A record joins window w only while ``close_time(w) > stream time before the record`` (docs/design.md#lateness);
-each window type says when its windows close (``Windows.close``). The plan's value types live in
-``plan``; ``Batch`` and ``Effect`` are named here too, as callers plan batches through this module.
+each window type says when its windows close (``Windows.close``). Rate limiting comes after, on
+the ``Effect`` (``ratelimit``). The plan's value types live in ``batch``; ``Batch`` and
+``Effect`` are named here too, as callers plan batches through this module.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ time windows), or of the stored window a sliding window starts from and the reco
 (``Effect.updates``); on session windows each update's value is merged from the members the
 session holds then, and a merge or extension also puts a tombstone for each session it replaced.
 
-The same fold measures ``until_window_closes``'s buffer for strict bounds on time and sliding
-windows (``held_until_close``): there every open window is an entry, leaving when it closes.
+The same fold measures ``until_window_closes``'s buffer for strict bounds on every window type
+(``held_until_close``): there every open window is an entry, leaving when it closes.
 
 The buffer itself is ``eviction.Buffer``. When only time decides (unbounded and strict
 buffers) it runs per key in parallel; a strict bound is then checked over the size changes
@@ -122,7 +122,7 @@ def limit(b: Batch, effect: Effect) -> Effect:
 
 
 def held_until_close(b: Batch, effect: Effect) -> dict:
-    """The buffer of ``until_window_closes`` on time or sliding windows, count and bytes after every record
+    """The buffer of ``until_window_closes`` (any window type), count and bytes after every record
     (``Limited.stats``), for strict bounds: Kafka's buffer holds every open window (each update
     is put, a window leaves once stream time reaches its close), so this is the fold of a
     rate-limiting buffer with the window's close time as buffer time and no time limit."""

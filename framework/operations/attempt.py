@@ -1,36 +1,10 @@
 """The batch protocol: run one batch of a pipeline exactly once, whatever else runs.
 
-The protocol and its reasons are described once, in docs/design.md#batch-protocol; the steps
-below name the code that carries each one out.
-
-1. Read the ledger (the ``_state`` table's ledger rows; its version and fence are what the
-   attempt read) and validate the input, at once. Finish publishing the last committed batch
-   if its publication was cut short (step 6). A committed batch id is a no-op (same input) or a
-   loud error (other input); ids increase.
-2. Plan the batch from ``_state`` as of the version read in step 1 (Delta time travel) and the
-   rate-limiting buffer as of the version the last committed batch recorded: planning is
-   deterministic from those and the input.
-3. Audit the results (write-audit-publish). Nothing has been written yet, so a failed gate, a
-   full strict buffer or input that fails while planning leaves nothing behind.
-4. Write, all at the same time: the buffer *advanced* from its recorded version
-   (``writes.advance``: whatever an attempt that never committed left there is undone first),
-   and the sink rows *staged* under ``_staging/<seq>-<attempt>`` (Parquet files: only their
-   publisher reads them). Beside the writes, the sink's snapshot is read, so its publication
-   starts from a cached snapshot.
-5. The commit point: one commit to ``_state`` (``state.commit``) carries the window-state
-   change, the ledger row (versions, metrics), the late records and, with
-   ``bad_records="quarantine"``, the rejected records. Delta makes it only if no
-   other batch or replay committed since the attempt read the table (``ledger.commit_point``);
-   of overlapping attempts exactly one passes it, the others stop here.
-6. Publish: append the staged rows to the sink (once: Delta's transaction id skips a repeat),
-   then remove the staging folder. Whoever finds a committed batch still staged (the
-   committing attempt died) publishes it the same way.
-
-A steady batch makes two Delta commits (``_state``, the sink) and reads two transaction ids
-(the fence of ``_state`` when it reads the ledger, the sink's at publication). No attempt ever
-holds a claim, so nothing wedges: a batch that failed anywhere before step 5 is re-run with the
-same or corrected input as if it had never run. Other writers' commits (``OPTIMIZE``, table
-properties, ``VACUUM``) change no rows and fence out nothing.
+The protocol, its six steps and why each is safe are told once, in docs/design.md#batch-protocol.
+Here each step is a method of ``BatchAttempt`` (``run`` calls them in order): 1. ``_read``
+(ledger and input at once), ``_finish_previous``, ``_already_committed``, ``_check``; 2.
+``planning.plan``; 3. ``_audit``; 4. ``_write`` (buffer and staged rows, by write point); 5.
+``_commit`` and ``_commit_point``; 6. ``publication.finish``.
 
 A ``BatchAttempt`` is one run of these steps against one table layout (a pipeline's tables, or
 a replay's staged ones): everything it knows lives on it and ends with it.

@@ -14,8 +14,8 @@ What a replay of batches ``first .. last`` does:
 - The batches run against a ``_state`` table of their own in a staging folder, seeded with the
   window state the first batch of the range planned from (its ledger row's ``state_version``)
   and the ledger row of the batch before; their sink rows go to that folder too. A rate-limiting
-  buffer is advanced in place, as by any attempt: readers and later batches read it only at the
-  versions the ledger names, so until the replay commits its writes are invisible.
+  buffer is advanced as by any attempt (new versions of its own table): readers and later batches
+  read it only at the versions the ledger names, so until the replay commits its writes are invisible.
 - The commit point is one commit to ``_state``: the window state becomes the replay's, the
   range's ledger rows become ``replaced``, the replayed batches' rows and late records are added
   ``committed``. Like a batch's, it lands only if no other batch or replay committed since the

@@ -1,12 +1,9 @@
 """The ledger: one row per batch, and the commit point.
 
 Ledger rows live in the pipeline's ``_state`` table beside window state (``LEDGER_BUCKET``
-rows, the row as JSON in ``ENTRY``), so the batch's one commit to that table carries its state
-change, its ledger row, its metrics (a column of the row) and its late records: that commit is
-the commit point. It is made with Delta's transaction id (``txnAppId``/``txnVersion`` = the
-table's *fence* + 1, see ``commit_point``): a compare-and-commit that Delta decides, so of two
-attempts that read the same ledger, at most one commits, on any store. Maintenance commits set
-no transaction id, so they never fence a batch out.
+rows, the row as JSON in ``ENTRY``); the one commit to that table that carries a batch's ledger
+row is its commit point, fenced by ``commit_point``. Why that makes a batch commit once:
+docs/design.md#commit-point-and-fencing.
 
 A batch id has at most one ``committed`` row; a replay turns the rows of its range ``replaced``
 and appends their new ``committed`` rows. ``LedgerRow`` is the one description of a row: the

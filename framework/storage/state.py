@@ -1,12 +1,7 @@
-"""Writing a batch's state: the commit point (window state MERGEd or rewritten where due,
-with the batch's ledger row and late records, in one commit to ``_state``) and the
-rate-limiting buffer, replaced.
-
-The commit point is made with the fence the attempt read (``ledger.commit_point``), so it lands
-only if no other batch or replay committed since: ``_state`` holds nothing an attempt that never
-committed wrote. The buffer, a table of its own, is advanced with ``writes.advance``: from the
-version the last committed batch recorded, undoing first whatever an attempt that never
-committed left there.
+"""Writing a batch's state: the commit point (``commit``: window state MERGEd or rewritten
+where due, with the batch's ledger row and late records, in one commit to ``_state``, fenced by
+``ledger.commit_point``) and the rate-limiting buffer (``write_buffer``, with ``writes.advance``).
+Why that is safe: docs/design.md#commit-point-and-fencing and docs/design.md#state-writes.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """How a batch writes a table safely, whatever else runs.
 
-- State tables (window state, records, buffers) are *advanced in place* from the version the
-  ledger recorded (``advance``): a batch reads them as of that version (time travel), so commits
-  made since by an attempt that never committed are garbage, undone (``RESTORE``) before the
-  next write, and never read. The version a write made is recorded only if nothing but
-  maintenance (``OPTIMIZE``, table properties, ``VACUUM``) landed between it and its base.
+- The rate-limiting buffer is *advanced* from the version the ledger recorded (``advance``;
+  window state changes only at the commit point): why that is safe is told in
+  docs/design.md#state-writes. Commits made since by an attempt that never committed are undone
+  by ``reset``, which overwrites the table with the rows of the recorded version.
 - Every commit a batch makes is tagged (``userMetadata`` starting ``finalresults:``) with the
   pipeline, table, sequence number and attempt, and holds the table's commit lock
   (``framework.storage.locks``).
