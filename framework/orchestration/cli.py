@@ -4,6 +4,8 @@ Every command takes a job (``jobs/user_alerts.py`` or ``jobs.user_alerts``) whos
 ``PIPELINE``, ``LANDING`` and ``SCHEDULE``. Paths default to $FINALRESULTS_WAREHOUSE and
 $FINALRESULTS_LANDING, else ``var/warehouse`` and ``var/landing``. A failure prints one line
 ``finalresults: error: ...`` and exits 1 (2 for bad arguments, with the command's usage).
+A job's own command line (``spark-submit jobs/<name>.py``, what the DAGs submit) is ``run``'s,
+built here too (``job_parser``, ``job_main``): the same flags, the same error format.
 
 Everything that can be checked without Spark is checked before it starts (arguments, the job,
 the warehouse and landing folders on local disk, the landing table), because starting it takes
