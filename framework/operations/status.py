@@ -305,11 +305,13 @@ def snapshot_location(warehouse: str, name: str) -> str:
 
 
 def save(spark: SparkSession, warehouse: str, name: str) -> PipelineStatus:
-    """Read the status of ``name`` and leave it at ``snapshot_location`` (through Hadoop, as jobs write)."""
+    """Read the status of ``name`` and leave it at ``snapshot_location`` (through Hadoop, as jobs
+    write); a pipeline that never attempted a batch (a run refused before writing) gets no file."""
     from ..storage import files
 
     status = read(spark, warehouse, name)
-    files.put_text(spark, snapshot_location(warehouse, name), json.dumps(status.to_json(), default=str))
+    if status.started:
+        files.put_text(spark, snapshot_location(warehouse, name), json.dumps(status.to_json(), default=str))
     return status
 
 
