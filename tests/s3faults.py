@@ -63,7 +63,7 @@ def _handler(upstream: str, landed: Sequence[int | str], conditional: bool, seen
             pass
 
         def _forward(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))  # s3a and boto3 send a length
             is_put = self.command == "PUT"
             strip = set() if conditional or not is_put else {"if-none-match"}
             conn = http.client.HTTPConnection(target.hostname, target.port, timeout=120)
