@@ -225,9 +225,9 @@ def _defined_in(dag: DAG, dag_file: str | None) -> DAG:
 def _calling_file() -> str:
     """The innermost file on the call stack outside the framework package: the DAG file that
     called a factory directly (a helper of the user's in between is not seen: pass ``dag_file``)."""
-    framework = str(Path(__file__).resolve().parents[1])
+    framework = Path(__file__).resolve().parents[1]
     frame = sys._getframe(1)
-    while frame.f_back is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(framework):
+    while frame.f_back is not None and Path(frame.f_code.co_filename).resolve().is_relative_to(framework):
         frame = frame.f_back
     return frame.f_code.co_filename
 
