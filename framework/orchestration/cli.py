@@ -257,6 +257,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         found = [_left(status, args.warehouse, name) for name in names]
         ages = {s.name: _age(status.saved_at(args.warehouse, s.name)) for s in found}
+    unread = [s.name for s in found if not (s.started or args.jobs or args.live)]  # no file, maybe tables
     found = [s for s in found if s.started or args.jobs]  # other folders are no pipeline's
     if args.html:
         from ..operations import statuspage
@@ -274,10 +275,11 @@ def cmd_status(args: argparse.Namespace) -> int:
             for s in found
         ]
         print(json.dumps({"warehouse": args.warehouse, "pipelines": pipelines}, indent=2, default=str))
-    elif not found:
-        print(f"no pipelines under {args.warehouse}")
     else:
-        print("\n\n".join(_with_age(status.text(s, args.last), ages, s.name, args.live) for s in found))
+        shown = [_with_age(status.text(s, args.last), ages, s.name, args.live) for s in found]
+        print("\n\n".join(shown) if shown else f"no pipelines under {args.warehouse}")
+        if unread:
+            print(f"\nno status file in {', '.join(unread)}: --live reads their tables, if any")
     return 0
 
 
