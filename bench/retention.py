@@ -10,9 +10,11 @@ the tables Delta checkpointed in it; every ``--sizes-every`` batches also the ro
 files of window state, its Delta log's commit files, and the live files of the ledger, metrics
 and late-records tables (compacted every ``framework.storage.compaction.EVERY`` batches) and of
 the results table. It writes JSON lines (``--out``), prints a progress line every 10 batches,
-and at the end the median batch time of batches 100-199 and of the last 100. Nothing is
-asserted; ``tests/test_retention.py`` checks the invariant (state rows = open windows) on a
-few batches.
+and at the end the median batch time of batches 100-199 and of the last 100. With ``--gate``
+the batches run with the quality gate on (each batch's rows audited) and after each one the
+results table is validated as a DAG's job does for its quality-gate task
+(``validation.after_run``), timed on its own (``gate_seconds``). Nothing is asserted;
+``tests/test_retention.py`` checks the invariant (state rows = open windows) on a few batches.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pyspark.sql import functions as F
 
 from framework import BufferConfig, Pipeline, Runtime, Suppressed, TimeWindows, agg, spark_session
 from framework.definition.columns import BUCKET, LATE_BUCKET, LEDGER_BUCKET
+from framework.operations import validation
 
 SIZE_MS, GRACE_MS = 10_000, 2_000
 
@@ -38,10 +41,12 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=1000)
     ap.add_argument("--keys", type=int, default=100)
     ap.add_argument("--sizes-every", type=int, default=10, help="measure table sizes every N batches")
+    ap.add_argument("--gate", action="store_true", help="the quality gate on, and the table validated after each batch")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "retention.jsonl")
     args = ap.parse_args()
     spark = spark_session("bench-retention")
-    rt = Runtime(spark, tempfile.mkdtemp(prefix="retention-"), quality=False)
+    warehouse = tempfile.mkdtemp(prefix="retention-")
+    rt = Runtime(spark, warehouse, quality=args.gate)
     p = (
         Pipeline("retention", timestamp="ts", arrival="seq")
         .group_by("k")
@@ -53,6 +58,7 @@ def main() -> None:
     tables = rt.tables(p)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     seconds_of: list[float] = []
+    gate_of: list[float] = []
     with args.out.open("w") as out:
         for i in range(args.batches):
             rows = spark.range(args.keys + 1).select(
@@ -68,6 +74,7 @@ def main() -> None:
             line = {
                 "batch": i,
                 "seconds": round(seconds, 3),
+                **({"gate_seconds": _gate(spark, p, warehouse, result, gate_of)} if args.gate else {}),
                 "open": result.metrics["windows_open"],
                 "emitted": result.emitted,
                 "checkpointed": sorted(name for name, n in _checkpoints(tables).items() if n > before.get(name, 0)),
@@ -82,6 +89,17 @@ def main() -> None:
     if len(seconds_of) >= 300:
         early, late = statistics.median(seconds_of[100:200]), statistics.median(seconds_of[-100:])
         print(f"median batch: batches 100-199 {early:.2f} s, last 100 {late:.2f} s ({late / early - 1:+.1%})")
+    if len(gate_of) >= 300:
+        early, late = statistics.median(gate_of[100:200]), statistics.median(gate_of[-100:])
+        print(f"median gate: batches 100-199 {early:.2f} s, last 100 {late:.2f} s ({late / early - 1:+.1%})")
+
+
+def _gate(spark, p, warehouse: str, result, seconds_of: list[float]) -> float:
+    """Validate the results table after ``result`` as a DAG's job does; its seconds."""
+    start = time.monotonic()
+    validation.after_run(spark, p, warehouse, result)
+    seconds_of.append(round(time.monotonic() - start, 3))
+    return seconds_of[-1]
 
 
 def _sizes(spark, tables) -> dict:

@@ -70,3 +70,14 @@ def test_nothing_to_validate_then_valid_then_a_duplicate_fails_the_gate(spark, t
     b6 = rt.run_batch(pipeline, "b6", records(spark, ("c", T(2026, 1, 1, 2, 50), 6)))
     left = after_run(spark, pipeline, warehouse, b6)  # unchanged since that validation: not again
     assert (b6.emitted, left.validated, left.success) == (0, False, True)
+
+    # the next batch's rows are validated with the rows they could duplicate, not the whole table
+    b7 = rt.run_batch(pipeline, "b7", records(spark, ("d", T(2026, 1, 1, 3, 30), 7)))  # closes c's hour
+    assert rt.read_output(pipeline).count() > b7.emitted == 1
+    seven = after_run(spark, pipeline, warehouse, b7)
+    assert (seven.validated, seven.success, seven.since_version) == (True, True, left.table_version)
+    results = spark.read.format("delta").load(f"{warehouse}/quality_results")
+    checked = results.where(f"batch_id = 'results-table-after-v{left.table_version}'")
+    assert {r.observed for r in checked.where("expectation like 'expect_column_values_to_not_be_null%'").collect()} == {
+        "0 of 1 rows unexpected"
+    }

@@ -41,6 +41,10 @@ class Outcome:
     docs: str | None = None  # Data Docs page of the validation
     table_version: int | None = None  # the results table's Delta version validated (None: no table)
     run_id: str | None = None  # the Airflow run whose Spark task left it (``--run-id``)
+    # The rows validated: those that commits after this version added (with the rows they could
+    # duplicate), the table having passed the same suite at it; None: the whole table.
+    since_version: int | None = None
+    suite_digest: str | None = None  # the suite validated with (``suites.digest``)
 
     @property
     def success(self) -> bool:

@@ -41,7 +41,7 @@ from ..definition.pipeline import Pipeline
 from ..errors import QualityGateError
 from ..storage import locks, tables
 from . import datadocs
-from .suites import identity, load_suite, suite_file
+from .suites import digest, identity, load_suite, row_by_row, suite_file
 
 log = logging.getLogger("framework.quality")
 
@@ -95,6 +95,7 @@ class Report:
     checks: tuple[Check, ...]
     validated_at: dt.datetime
     docs: str | None = None  # URL of the Data Docs page of this validation
+    digest: str | None = None  # the suite's fingerprint (``suites.digest``)
 
     @property
     def success(self) -> bool:
@@ -110,7 +111,12 @@ class Report:
 
     def summary(self) -> str:
         failed = [c for c in self.checks if not c.success]
-        what = f"batch {self.batch_id!r}" if self.batch_id else "the whole results table"
+        if not self.batch_id:
+            what = "the whole results table"
+        elif self.batch_id.startswith(WHOLE_TABLE):  # ``validate_added``'s rows
+            what = f"the results table's new rows ({self.batch_id})"
+        else:
+            what = f"batch {self.batch_id!r}"
         head = (
             f"suite {self.suite!r}, {what}: {len(self.checks) - len(failed)} of {len(self.checks)} expectations passed"
         )
@@ -286,8 +292,9 @@ def _run(
     batch_id: str | None,
     warehouse_root: str | None,
     expectations_dir: str | Path | None,
+    suite: gx.ExpectationSuite | None = None,
 ) -> Report:
-    suite = load_suite(p, expectations_dir)
+    suite = suite or load_suite(p, expectations_dir)
     root = locks.local_path(warehouse_root) if warehouse_root else None  # GX's file stores reach local disks only
     now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
     frame = _with_close_time(p, df).persist()  # GX's Spark engine runs a few dozen small jobs over it
@@ -308,7 +315,7 @@ def _run(
                 datadocs.make_offline(Path(root) / "data_docs", since=started)
     finally:
         frame.unpersist()
-    report = Report(suite.name, batch_id, tuple(_check(r) for r in result.results), now, docs)
+    report = Report(suite.name, batch_id, tuple(_check(r) for r in result.results), now, docs, digest(suite))
     if warehouse_root:
         _persist(spark, p, report, root or warehouse_root)
     log.info("%s", report.summary())
@@ -357,6 +364,34 @@ def validate_table(
     Every row is checked, so duplicates anywhere in the table are found; cost is a few scans of it.
     """
     return validate(spark, pipeline, df, None, warehouse_root=warehouse_root, expectations_dir=expectations_dir)
+
+
+def validate_added(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    table: DataFrame,
+    added: set[str] | None,
+    passed: str | None,
+    label: str,
+    *,
+    warehouse_root: str | None = None,
+    expectations_dir: str | Path | None = None,
+) -> tuple[Report, bool]:
+    """Validate the rows of results table ``table`` that sit in the data files named ``added``
+    (what commits added since the table last passed the suite whose digest is ``passed``), with
+    the older rows that share a key and window with them, so a duplicate the new rows make is
+    found; and whether only those were validated. The whole table is validated when ``added``
+    is None, the suite is not the one it passed, or it has an expectation that needs every row
+    (``suites.row_by_row``). A table's validation then costs what its new rows cost, not what
+    its history does."""
+    p = pipeline.check_complete()
+    suite = load_suite(p, expectations_dir)
+    if added is None or passed != digest(suite) or not row_by_row(p, suite):
+        return _run(spark, p, table, None, warehouse_root, expectations_dir, suite), False
+    new = F.col("_metadata.file_name").isin(sorted(added))
+    frame = table.where(new).withColumn(ORIGIN, F.lit("added"))
+    frame = frame.unionByName(_published_twins(p, table.where(new), table.where(~new)), allowMissingColumns=True)
+    return _run(spark, p, frame, label, warehouse_root, expectations_dir, suite), True
 
 
 def _published_twins(p: Pipeline, staged: DataFrame, published: DataFrame) -> DataFrame:

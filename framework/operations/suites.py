@@ -9,12 +9,18 @@ if present: a GX suite whose expectations each say ``"meta": {"severity": "criti
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 from pathlib import Path
 
 import great_expectations as gx
+from great_expectations.expectations.expectation import (
+    ColumnMapExpectation,
+    ColumnPairMapExpectation,
+    MulticolumnMapExpectation,
+)
 from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
 
 from ..definition.pipeline import Pipeline
@@ -133,3 +139,29 @@ def load_suite(pipeline: Pipeline, directory: str | Path | None = None) -> gx.Ex
             raise DefinitionError(f"{own}: not a suite file with an 'expectations' list ({e})") from e
         expectations += [_expectation(dict(e, meta=dict(e.get("meta") or {}, source=own.name)), own) for e in entries]
     return gx.ExpectationSuite(name=pipeline.name, expectations=expectations)
+
+
+def digest(suite: gx.ExpectationSuite) -> str:
+    """A fingerprint of ``suite``'s expectations: a table that passed one suite has not passed an edited one."""
+    configs = sorted(
+        json.dumps(e.configuration.to_json_dict(), sort_keys=True, default=str) for e in suite.expectations
+    )
+    return hashlib.sha256("\n".join(configs).encode()).hexdigest()[:16]
+
+
+def row_by_row(p: Pipeline, suite: gx.ExpectationSuite) -> bool:
+    """Whether ``suite`` can be checked on a table's new rows alone, with the rows that share
+    their key and window: every expectation judges each row (or pair of columns, or record) on
+    its own, except uniqueness over columns that include the key and window, which rows with
+    another key or window cannot break. Aggregate expectations (row counts, means) and
+    uniqueness of other columns need the whole table."""
+    ident = set(identity(p))
+    for e in suite.expectations:
+        if not isinstance(e, (ColumnMapExpectation, ColumnPairMapExpectation, MulticolumnMapExpectation)):
+            return False
+        kind = e.expectation_type
+        if kind == "expect_column_values_to_be_unique":
+            return False
+        if kind == "expect_compound_columns_to_be_unique" and not ident <= set(e.column_list):
+            return False
+    return True

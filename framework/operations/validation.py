@@ -2,8 +2,11 @@
 quality-gate task) and ``finalresults validate``.
 
 Each batch already audits its own rows before publishing them (``framework.operations.quality.gate``);
-this checks the whole table as readers see it, with the pipeline's Great Expectations suite
+this checks the table as readers see it, with the pipeline's Great Expectations suite
 (``expectations/``), and records the outcome in ``<warehouse>/quality_results`` and Data Docs.
+After a job's run only the rows added since the table last passed are checked, with the older
+rows they could duplicate (``_validate_since``): its cost follows the batch, not the table's
+history. ``finalresults validate`` checks every row.
 """
 
 from __future__ import annotations
@@ -40,6 +43,34 @@ def validate_results(spark: SparkSession, p: Pipeline, warehouse: str) -> Report
     return quality.validate_table(spark, p, rt.read_output(p), warehouse_root=warehouse)
 
 
+def _validate_since(
+    spark: SparkSession, p: Pipeline, warehouse: str, version: int, earlier: list[Outcome]
+) -> tuple[Report | None, int | None, str | None]:
+    """Validate the results table at ``version``: the rows added since the last version an
+    earlier outcome found valid (``quality.validate_added``), else the whole table; the report
+    (None: commits since only removed rows, so what is left stays valid), the version after
+    which the rows checked were added (None: the whole table was) and the suite's digest."""
+    from ..storage import commitlog, tables
+    from . import quality
+    from .runtime import Runtime
+
+    output = Runtime(spark, warehouse).tables(p).output
+    passed = [e for e in earlier if e.success and e.table_version is not None and e.table_version < version]
+    base = max(passed, key=lambda e: e.table_version or 0, default=None)
+    if base is None or base.table_version is None:
+        added, since, digest = None, None, None
+    else:
+        since, digest = base.table_version, base.suite_digest
+        added = commitlog.files_added(spark, output, since, version)
+    if added == set():
+        return None, since, digest
+    label = f"{quality.WHOLE_TABLE}-after-v{since}"
+    report, incremental = quality.validate_added(
+        spark, p, tables.read(spark, output, version), added, digest, label, warehouse_root=warehouse
+    )
+    return report, since if incremental else None, report.digest
+
+
 def after_run(
     spark: SparkSession, p: Pipeline, warehouse: str, run: BatchResult | ReplayResult, run_id: str | None = None
 ) -> Outcome:
@@ -65,8 +96,10 @@ def after_run(
         kind, batch, seq, stream_time = "batch", run.batch_id, run.seq, run.stream_time
     version = tables.latest_version(spark, Runtime(spark, warehouse).tables(p).output)
     earlier = [found for k in KINDS if (found := read_in_job(spark, warehouse, p.name, k)) is not None]
-    unchanged = any(e.success and e.table_version == version for e in earlier)
-    report = None if version is None or unchanged else validate_results(spark, p, warehouse)
+    same = next((e for e in earlier if e.success and e.table_version == version), None)
+    report, since, digest = None, None, same.suite_digest if same else None
+    if version is not None and same is None:
+        report, since, digest = _validate_since(spark, p, warehouse, version, earlier)
     found = Outcome(
         kind=kind,
         pipeline=p.name,
@@ -80,6 +113,8 @@ def after_run(
         docs=report.docs if report else None,
         table_version=version,
         run_id=run_id,
+        since_version=since,
+        suite_digest=digest,
     )
     files.put_text(spark, location(warehouse, p.name, kind), found.to_json())
     status.save(spark, warehouse, p.name)

@@ -20,9 +20,12 @@ history is asked instead.
 from __future__ import annotations
 
 import json
+import posixpath
 from typing import NamedTuple
+from urllib.parse import unquote
 
 from py4j.protocol import Py4JJavaError
+from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 from . import locks
@@ -88,3 +91,21 @@ def _copied_after_commit(spark: SparkSession, path: str) -> bool:
     file into the log afterwards (Delta's ``S3DynamoDBLogStore``), as Delta picks the LogStore
     (``locks.delta_logstore``: from the SparkContext's conf, not the session's)."""
     return not locks.is_local(path) and "DynamoDB" in locks.delta_logstore(spark, path)
+
+
+def files_added(spark: SparkSession, path: str, after: int, upto: int) -> set[str] | None:
+    """The names of the data files that commits ``after + 1`` .. ``upto`` of the table at
+    ``path`` added (``add`` actions: appends, the files a MERGE, DELETE or OPTIMIZE rewrote),
+    whether or not later commits removed them; None when a commit file is gone (Delta's log
+    cleanup) or the table's commits are not all in its log folder, so the caller reads the
+    whole table. Read with the DataFrame API only (one small Spark job): no JVM handle, so a
+    Spark Connect session reads them too."""
+    if upto <= after:
+        return set()
+    log = f"{path.rstrip('/')}/_delta_log"
+    names = [f"{log}/{v:020d}.json" for v in range(after + 1, upto + 1)]
+    try:
+        actions = spark.read.schema("add struct<path: string>").json(names)
+    except AnalysisException:  # PATH_NOT_FOUND: expired, or a coordinated commit not yet backfilled
+        return None
+    return {posixpath.basename(unquote(r[0])) for r in actions.where("add is not null").select("add.path").collect()}
