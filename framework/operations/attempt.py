@@ -390,6 +390,7 @@ class BatchAttempt:
             late_schema=late.schema.simpleString() if late is not None else None,
             interval_start=to_epoch_millis(self.interval[0]) if self.interval and self.interval[0] else None,
             interval_end=to_epoch_millis(self.interval[1]) if self.interval and self.interval[1] else None,
+            fence=self.seen[2] + 1,  # what ``ledger.commit_point`` commits with
         )
         bookkeeping = ledger.to_frame(self.s.spark, [commit])
         if late is not None:

@@ -344,6 +344,7 @@ def _commit(
             attempt=attempt,
             output_base=first.output_base if r.seq == first.seq else None,
             state_version=first.state_version if r.seq == first.seq else None,
+            fence=seen[2] + 1,  # what ``ledger.commit_point`` commits with (the staged fences mean nothing here)
         )
         for r in ledger.committed_rows(ledger.rows_at(spark, staged.state, _version(spark, staged.state)))
         if r.seq >= first.seq

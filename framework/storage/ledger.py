@@ -64,6 +64,7 @@ class LedgerRow:
     late_schema: str | None = None  # the DDL of the batch's late records (kept as JSON, ``LATE_BUCKET``)
     interval_start: int | None = None  # a job's batch: its data interval [start, end), epoch ms
     interval_end: int | None = None
+    fence: int | None = None  # the transaction version its commit point was made with (``commit_point``)
 
     @classmethod
     def of(cls, row: Row) -> LedgerRow:
@@ -156,9 +157,33 @@ def ledger_head(spark: SparkSession, path: str) -> tuple[str, int, int]:
 NO_LEDGER = ("", -1, 0)  # what ``Ledgers.read`` sees before the table exists: no id, version, fence
 
 
+def fence_of(rows: list[LedgerRow]) -> int | None:
+    """The fence of a ``_state`` table whose ledger rows are ``rows``, from the rows alone; None
+    if none records one (rows written before ledger rows recorded their fence).
+
+    Every commit point writes ledger rows recording the transaction version it is made with
+    (a batch its row, a replay the rows of its range), in that same commit, and each commit
+    point's version is above the last: so the largest recorded is the one Delta holds. Reading
+    it from the rows spares the Spark job in which Delta rebuilds the table's state to answer
+    ``transactions`` (Delta 4.4 computes a snapshot's transaction ids no other way)."""
+    return max((r.fence for r in rows if r.fence is not None), default=None)
+
+
+def read_at(spark: SparkSession, path: str, current: tuple[str, int]) -> tuple[tuple[str, int, int], list[LedgerRow]]:
+    """The (id, version, fence) and ledger rows of the ``_state`` table at ``path``, whose id and
+    version are ``current``: the fence from the rows (``fence_of``), or from Delta when no row
+    records one (then as of the version Delta's snapshot is at, and the rows too)."""
+    rows = rows_at(spark, path, current[1])
+    fence = fence_of(rows)
+    if fence is not None:
+        return (*current, fence), rows
+    seen = ledger_head(spark, path)
+    return seen, rows if seen[1] == current[1] else rows_at(spark, path, seen[1])
+
+
 class Ledgers:
     """The ledgers a runtime read, by path: rows known at a version of a table are not read
-    again (a Delta version never changes), nor its fence (reading it costs a Spark job)."""
+    again (a Delta version never changes), and the fence is read from them (``fence_of``)."""
 
     def __init__(self, spark: SparkSession):
         self.spark = spark
@@ -173,8 +198,7 @@ class Ledgers:
         known = self._known.get(path)
         if known is not None and known[0][:2] == current:
             return known
-        seen = ledger_head(self.spark, path)
-        self._known[path] = (seen, rows_at(self.spark, path, seen[1]))
+        self._known[path] = read_at(self.spark, path, current)
         return self._known[path]
 
     def late_schema(self, path: str) -> Callable[[], str | None] | None:
@@ -213,7 +237,8 @@ def commit_point(
         except Exception as e:
             if not lost_race(e):
                 raise
-            if ledger_head(spark, path)[2] != seen[2]:
+            current = tables.head(spark, path)
+            if current is None or read_at(spark, path, current)[0][2] != seen[2]:
                 return None
             if not tries_left:
                 raise
