@@ -151,6 +151,24 @@ def test_ledger_rows_a_runtime_knows_are_not_trusted_for_a_ledger_created_again(
     assert (again.status, again.seq) == ("already committed", 1)
 
 
+def test_a_runtime_learns_the_fence_from_the_ledger_rows(spark, warehouse):
+    """Each commit point's ledger row records the transaction version it was made with, so a
+    runtime reading a ledger for the first time (as every DAG run does) takes the fence from the
+    rows: no Spark job rebuilds the table's state to answer Delta's ``transactions``."""
+    p = pipeline("fence")
+    run(Runtime(spark, warehouse, quality=False), p, 0)
+    sc, fresh = spark.sparkContext, Runtime(spark, warehouse, quality=False)
+    sc.setJobGroup("fence", "a fresh runtime's batch")
+    try:
+        fresh.run_batch(p, "b1", frame(spark, [("B", 13, 1)], 3))  # closes no window: the sink is not read
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    ids, jobs = set(sc.statusTracker().getJobIdsForGroup("fence")), spark._jsc.sc().statusStore().jobsList(None)
+    names = [j.name() for j in (jobs.apply(i) for i in range(jobs.size())) if j.jobId() in ids]
+    assert names and not [n for n in names if n.startswith("transactions")], names
+    assert [(r.seq, r.fence) for r in fresh.ledger(p).orderBy("seq").collect()] == [(1, 1), (2, 2)]
+
+
 def test_batches_must_run_in_order(spark, warehouse):
     rt, p = Runtime(spark, warehouse, quality=False), pipeline("order")
     run(rt, p, 1)
