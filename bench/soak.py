@@ -1,0 +1,573 @@
+"""Chaos soak (issue 39, item 12): batches of every window type (hopping, sliding, session) and of a
+rate-limited pipeline run while random faults are injected between and inside them; after every
+step each touched pipeline's tables must equal those of a clean warehouse that ran the same
+effective input with no faults.
+
+Faults (one per step, drawn by ``--seed``):
+
+* ``kill``: a child process (its own JVM) runs the batch and is SIGKILLed with its process group
+  at a random write point, or a random moment into the batch; the batch is run again here.
+* ``crash``: an in-process attempt raises at a random write point (``Runtime(before_write=...)``);
+  re-run.
+* ``stop``: the child's attempt is frozen (SIGSTOP of its process group) at a write point, a retry
+  runs the batch here, then the child is resumed (SIGCONT) and finishes or is fenced out.
+* ``zombie``: the same with the first attempt paused in a thread of this process.
+* ``maintenance``: after a kill or a crash, before the re-run: a table property, OPTIMIZE and
+  VACUUM (within retention) on every table of the pipeline.
+* ``gate``: the batch carries a poisoned value that fails the pipeline's critical expectation
+  (``QualityGateError``), then runs with the corrected input.
+* ``replays``: two replays of the last committed batches at once (half the time with one value
+  corrected); at least one wins, the clean warehouse replays once.
+* ``gap``: the batch after next is run first and refused (``SkippedIntervalError`` naming the
+  gap); then the missing interval runs first, or the batch runs with ``allow_gap`` (the clean
+  warehouse skips the interval too).
+
+The clean warehouse runs each effective batch once, in a thread beside the faulty one (its own
+session). Compared after every step: the results table row for row (lost = rows of the clean run
+missing, duplicated = rows beyond it), late records, metrics, window state, the rate-limiting
+buffer, and the committed ledger rows (batch id, seq, fingerprint, stream time, interval). Exits
+1 on any mismatch.
+
+    .venv/bin/python bench/soak.py --seed 1 --faults 500 --minutes 600
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+os.environ.setdefault("SPARK_CONF_DIR", str(ROOT / "tests" / "spark-conf"))
+
+from harness import frame, in_parallel  # noqa: E402
+from test_exactly_once import Crash, bookkeeping_frame, pipeline, snapshot  # noqa: E402
+from test_operations import _in_thread, _maintain, _Paused, _tables  # noqa: E402
+
+from framework import (  # noqa: E402
+    BufferConfig,
+    ConcurrentBatchError,
+    QualityGateError,
+    Runtime,
+    SessionWindows,
+    SkippedIntervalError,
+    SlidingWindows,
+    Suppressed,
+    TimeWindows,
+)
+from framework.operations.attempt import WRITE_POINTS  # noqa: E402
+from framework.operations.replay import ReplayBatch  # noqa: E402
+
+WINDOWS = {
+    "hopping": lambda: pipeline("soak_hopping", TimeWindows.of_size_and_grace(10, 2).advance_by(5)),
+    "sliding": lambda: pipeline("soak_sliding", SlidingWindows.of_time_difference_and_grace(10, 2)),
+    "session": lambda: pipeline("soak_session", SessionWindows.of_inactivity_gap_and_grace(5, 2)),
+    "rate": lambda: pipeline(
+        "soak_rate", TimeWindows.of_size_and_grace(10, 2), Suppressed.until_time_limit(5, BufferConfig.max_records(2))
+    ),
+}
+KINDS = {"crash": 4, "zombie": 2, "kill": 1, "stop": 1, "gate": 2, "replays": 2, "gap": 2}
+WIDTH = 40  # ms of event time per batch interval
+POISON = 10**6  # a value the gate refuses (the suite caps ``total`` at POISON // 10)
+EPOCH = dt.datetime(1970, 1, 1)
+ACCEPTED = (ConcurrentBatchError,)  # how a fenced-out attempt ends
+
+
+def at(ms: int) -> dt.datetime:
+    return EPOCH + dt.timedelta(milliseconds=ms)
+
+
+@dataclass
+class Stream:
+    """One pipeline's input: interval ``k`` is ``[k * WIDTH, (k + 1) * WIDTH)``, batch id ``b<k>``."""
+
+    kind: str
+    records: dict = field(default_factory=dict)  # interval -> [(key, ts, value)], the effective input
+    committed: list = field(default_factory=list)  # intervals run, in order
+    skipped: set = field(default_factory=set)  # intervals skipped on purpose (allow_gap)
+    next: int = 0
+
+    @property
+    def p(self):
+        return WINDOWS[self.kind]()
+
+    def new(self, rng: random.Random, k: int, poison: bool = False) -> list:
+        """Records of interval ``k``: a few keys, some late. A poisoned batch starts with key Z's bad
+        value and ends 20 ms later, so that every window type emits Z's window in this batch."""
+        lo, hi = k * WIDTH, (k + 1) * WIDTH - 1
+        batch = [
+            (rng.choice("ABC"), max(0, rng.randint(lo - 8, hi)), rng.randint(1, 50)) for _ in range(rng.randint(2, 6))
+        ]
+        if poison:
+            batch = [("Z", lo, POISON), *batch, ("A", hi, rng.randint(1, 50))]
+        self.records[k] = batch
+        return batch
+
+
+def batch_id(k: int) -> str:
+    return f"b{k:05d}"
+
+
+def run(rt: Runtime, stream: Stream, k: int, records: list | None = None, **options):
+    records = stream.records[k] if records is None else records
+    return rt.run_batch(
+        stream.p,
+        batch_id(k),
+        frame(rt.spark, records, k * 1000),
+        batch_start=at(k * WIDTH),
+        batch_end=at((k + 1) * WIDTH),
+        **options,
+    )
+
+
+def replay_batches(spark, stream: Stream, ks: list) -> list:
+    return [
+        ReplayBatch(batch_id(k), frame(spark, stream.records[k], k * 1000), at((k + 1) * WIDTH), at(k * WIDTH))
+        for k in ks
+    ]
+
+
+def write_suites(folder: Path) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    for make in WINDOWS.values():
+        name = make().name
+        suite = {
+            "name": name,
+            "expectations": [
+                {
+                    "type": "expect_column_values_to_be_between",
+                    "kwargs": {"column": "total", "max_value": POISON // 10},
+                    "meta": {"severity": "critical"},
+                }
+            ],
+        }
+        (folder / f"{name}.json").write_text(json.dumps(suite))
+    return str(folder)
+
+
+# ---- the child process: kills and freezes ---------------------------------------------------------
+def worker(warehouse: str) -> None:
+    """Run batches sent as JSON lines on stdin; at the command's write point, kill this process
+    (``kill``) or announce it and wait for a line on stdin (``pause``: the parent freezes us)."""
+    from framework import spark_session
+
+    command = {}
+
+    def hook(point):
+        if point == command.get("point"):
+            print("AT", point, flush=True)
+            if command["mode"] == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            sys.stdin.readline()
+
+    spark = spark_session("soak-worker", master="local[1]", s3=warehouse.startswith("s3a://"))
+    rt = Runtime(spark, warehouse, quality=False, before_write=hook)
+    print("READY", flush=True)
+    for line in sys.stdin:
+        command = json.loads(line)
+        stream = Stream(command["kind"], {command["k"]: [tuple(r) for r in command["records"]]})
+        print("START", flush=True)
+        try:
+            print("RESULT", run(rt, stream, command["k"]).status, flush=True)
+        except Exception as e:  # noqa: BLE001 - reported to the parent
+            print("ERROR", type(e).__name__, str(e).splitlines()[0][:200], flush=True)
+
+
+class Worker:
+    """The child process: started ahead of need (its JVM takes a while), again after a kill."""
+
+    def __init__(self, warehouse: str, log: Path, env: dict | None = None):
+        self.warehouse, self.log, self.env, self.child = warehouse, log, env, None
+
+    def start(self) -> None:
+        if self.child is None:
+            self.child = subprocess.Popen(
+                [sys.executable, __file__, "--worker", self.warehouse],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.log.open("a"),
+                text=True,
+                start_new_session=True,
+                env={**os.environ, **(self.env or {})},
+            )
+            self.ready = False
+
+    def line(self) -> str:
+        text = self.child.stdout.readline()
+        if not text:
+            raise EOFError
+        return text.strip()
+
+    def send(self, stream: Stream, k: int, point: str, mode: str) -> None:
+        self.start()
+        while not self.ready:
+            self.ready = self.line() == "READY"
+        command = {"kind": stream.kind, "k": k, "records": stream.records[k], "point": point, "mode": mode}
+        self.child.stdin.write(json.dumps(command) + "\n")
+        self.child.stdin.flush()
+        assert self.line() == "START"
+
+    def signal(self, sig) -> None:
+        os.killpg(self.child.pid, sig)
+
+    def kill(self) -> None:
+        try:
+            self.signal(signal.SIGKILL)  # the JVM too
+        except ProcessLookupError:
+            pass
+        self.child.wait(60)
+        rest, self.child = self.child.stdout.read(), None
+        return rest
+
+    def stop(self) -> None:
+        if self.child is not None:
+            self.kill()
+
+
+# ---- the soak -------------------------------------------------------------------------------------
+class Mismatch(AssertionError):
+    pass
+
+
+class Soak:
+    def __init__(
+        self, spark, warehouse: str, seed: int, kinds: dict, windows: list, clean: str, scratch: Path, env=None
+    ):
+        self.rng = random.Random(seed)
+        self.spark, self.warehouse = spark, warehouse
+        self.rt = Runtime(spark, warehouse, quality=False)
+        self.gated = Runtime(spark, warehouse, expectations=write_suites(scratch / "expectations"))
+        self.clean = Runtime(spark.newSession(), clean, quality=False)
+        self.cleaner = ThreadPoolExecutor(1)  # the clean warehouse's batches, beside the faulty ones
+        self.pending = []
+        self.kinds, self.streams = kinds, [Stream(kind) for kind in windows]
+        self.worker = Worker(warehouse, scratch / "worker.log", env)
+        self.faults, self.rows, self.lost, self.duplicated, self.steps = Counter(), 0, 0, 0, 0
+        self.mismatches: list[str] = []
+
+    # the clean side
+    def mirror(self, work) -> None:
+        self.pending.append(self.cleaner.submit(work))
+
+    def commit(self, stream: Stream, k: int, allow_gap: bool = False) -> None:
+        stream.committed.append(k)
+        stream.next = k + 1
+        self.mirror(lambda: run(self.clean, stream, k, stream.records[k], allow_gap=allow_gap))
+
+    def first_run(self, stream: Stream) -> None:
+        k = stream.next
+        run(self.rt, stream, k, stream.new(self.rng, k))
+        self.commit(stream, k)
+
+    # one step
+    def step(self, stream: Stream, kind: str) -> None:
+        began = time.monotonic()
+        getattr(self, kind)(stream)
+        self.steps += 1
+        checked = time.monotonic()
+        self.check(stream)
+        print(
+            f"step {self.steps}: {kind} on {stream.kind} {batch_id(stream.next - 1)}: "
+            f"{checked - began:.0f} s, check {time.monotonic() - checked:.0f} s, faults {dict(self.faults)}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def crash(self, stream: Stream) -> None:
+        k, point = stream.next, self.rng.choice(WRITE_POINTS)
+        stream.new(self.rng, k)
+
+        def fail(at_):
+            if at_ == point:
+                raise Crash(point)
+
+        try:
+            run(Runtime(self.spark, self.warehouse, quality=False, before_write=fail), stream, k)
+        except Crash:
+            self.faults["crash"] += 1
+            self.rerun(stream, k)
+            return
+        self.commit(stream, k)  # the pipeline never writes at ``point`` (e.g. no buffer): no fault
+
+    def rerun(self, stream: Stream, k: int) -> None:
+        """After a kill or a crash: maintenance half the time, then the batch again."""
+        if self.rng.random() < 0.5:
+            for path in _tables(self.rt, stream.p):
+                _maintain(self.spark, path, vacuum=self.rng.random() < 0.5)
+            self.faults["maintenance"] += 1
+        assert run(self.rt, stream, k).status in ("committed", "already committed")
+        self.commit(stream, k)
+
+    def kill(self, stream: Stream) -> None:
+        k = stream.next
+        stream.new(self.rng, k)
+        delay = self.rng.random() < 0.3 and self.rng.uniform(0.5, 6.0)
+        point = "never" if delay else self.rng.choice(WRITE_POINTS)
+        self.worker.send(stream, k, point, "kill")
+        if delay:
+            time.sleep(delay)
+        else:
+            while not (line := self.worker.line()).startswith(("AT", "RESULT", "ERROR")):
+                pass
+        rest = self.worker.kill()
+        self.worker.start()  # ready for the next kill or stop
+        if "RESULT" in rest or (not delay and not line.startswith("AT")):
+            self.commit(stream, k)  # the batch ended before the kill: no fault
+            return
+        self.faults["kill"] += 1
+        self.rerun(stream, k)
+
+    def stop(self, stream: Stream) -> None:
+        k, point = stream.next, self.rng.choice(WRITE_POINTS[1:])
+        stream.new(self.rng, k)
+        self.worker.send(stream, k, point, "pause")
+        first = self.worker.line()
+        if first.startswith("AT"):
+            self.worker.signal(signal.SIGSTOP)
+            self.faults["stop"] += 1
+            retry = run(self.rt, stream, k).status
+            self.worker.signal(signal.SIGCONT)
+            self.worker.child.stdin.write("go\n")
+            self.worker.child.stdin.flush()
+            first = self.worker.line()
+            self.expect_fenced(first, retry, point)
+        self.commit(stream, k)
+
+    def zombie(self, stream: Stream) -> None:
+        k, point = stream.next, self.rng.choice(WRITE_POINTS[1:])
+        stream.new(self.rng, k)
+        paused = _Paused(point)
+        first = _in_thread(
+            lambda: run(Runtime(self.spark.newSession(), self.warehouse, quality=False, before_write=paused), stream, k)
+        )
+        if paused.reached.wait(600):
+            self.faults["zombie"] += 1
+            retry = run(self.rt, stream, k).status
+        paused.go.set()
+        outcome = first()
+        if paused.reached.is_set():
+            error = outcome.get("error")
+            self.expect_fenced(
+                f"ERROR {type(error).__name__}" if error else f"RESULT {outcome['value'].status}", retry, point
+            )
+        elif "error" in outcome:
+            raise outcome["error"]
+        self.commit(stream, k)
+
+    def expect_fenced(self, first: str, retry: str, point: str) -> None:
+        """The paused attempt and the retry: one committed the batch, the other was fenced out or
+        found it committed (a pause at ``publish`` is after the commit point)."""
+        ok = (retry == "committed" and first.startswith("ERROR ConcurrentBatchError")) or (
+            point == "publish" and retry == "already committed" and first.split()[-1] in ("committed",)
+        )
+        if not ok:
+            self.mismatches.append(f"paused at {point}: first attempt {first!r}, retry {retry!r}")
+
+    def gate(self, stream: Stream) -> None:
+        k = stream.next
+        poisoned = stream.new(self.rng, k, poison=True)
+        try:
+            run(self.gated, stream, k, poisoned)
+            self.mismatches.append(f"{stream.kind} {batch_id(k)}: the poisoned batch passed its gate")
+        except QualityGateError:
+            self.faults["gate"] += 1
+        stream.records[k] = [("Z", ts, 1) if key == "Z" else (key, ts, v) for key, ts, v in poisoned]
+        assert run(self.gated, stream, k).status == "committed"
+        self.commit(stream, k)
+
+    def replays(self, stream: Stream) -> None:
+        if not stream.committed:
+            return self.first_run(stream)
+        ks = stream.committed[-self.rng.randint(1, min(3, len(stream.committed))) :]
+        if self.rng.random() < 0.5:  # a correction: one value of the range's first batch
+            fixed = list(stream.records[ks[0]])
+            i = self.rng.randrange(len(fixed))
+            fixed[i] = (fixed[i][0], fixed[i][1], fixed[i][2] + 100)
+            stream.records[ks[0]] = fixed
+        p = stream.p
+        both = [
+            _in_thread(lambda: Runtime(s, self.warehouse, quality=False).replay(p, replay_batches(s, stream, ks)))
+            for s in (self.spark.newSession(), self.spark.newSession())
+        ]
+        outcomes = [join() for join in both]
+        errors = [o["error"] for o in outcomes if "error" in o]
+        if len(errors) == 2 or any(not isinstance(e, ACCEPTED) for e in errors):
+            raise errors[0] if not isinstance(errors[0], ACCEPTED) else errors[-1]
+        self.faults["replays"] += 1
+        self.mirror(lambda: self.clean.replay(p, replay_batches(self.clean.spark, stream, ks)))
+
+    def gap(self, stream: Stream) -> None:
+        k = stream.next
+        if not stream.committed:
+            return self.first_run(stream)
+        stream.new(self.rng, k)
+        stream.new(self.rng, k + 1)
+        try:
+            run(self.rt, stream, k + 1)
+            self.mismatches.append(f"{stream.kind} {batch_id(k + 1)}: a skipped interval was not refused")
+        except SkippedIntervalError as refused:
+            if refused.missing != (at(k * WIDTH), at((k + 1) * WIDTH)):
+                self.mismatches.append(f"{stream.kind}: refused naming {refused.missing}, not interval {k}")
+            self.faults["gap"] += 1
+        if self.rng.random() < 0.5:  # the gap on purpose
+            del stream.records[k]
+            stream.skipped.add(k)
+            assert run(self.rt, stream, k + 1, allow_gap=True).status == "committed"
+            self.commit(stream, k + 1, allow_gap=True)
+        else:
+            for i in (k, k + 1):
+                assert run(self.rt, stream, i).status == "committed"
+                self.commit(stream, i)
+
+    # the verdict
+    def tables(self, rt: Runtime, p) -> dict:
+        found = snapshot(rt, p)
+        ledger = rt.ledger(p).filter("status = 'committed'")
+        found["ledger"] = sorted(
+            map(
+                str,
+                ledger.select(
+                    "seq", "batch_id", "fingerprint", "stream_time", "interval_start", "interval_end"
+                ).collect(),
+            )
+        )
+        output = bookkeeping_frame(rt.spark, rt.tables(p).output)
+        found["rows"] = Counter(
+            map(str, output.collect() if output is not None else [])
+        )  # not distinct: duplicates count
+        return found
+
+    def check(self, stream: Stream) -> None:
+        for done in self.pending:
+            done.result()
+        self.pending = []
+        p = stream.p
+        faulty, clean = in_parallel([lambda: self.tables(self.rt, p), lambda: self.tables(self.clean, p)])
+        lost, duplicated = clean["rows"] - faulty["rows"], faulty["rows"] - clean["rows"]
+        self.lost += sum(lost.values())
+        self.duplicated += sum(duplicated.values())
+        self.rows += sum(clean["rows"].values()) + sum(len(v) for k, v in clean.items() if k != "rows")
+        for name in sorted(faulty.keys() | clean.keys()):
+            if faulty.get(name) != clean.get(name):
+                self.mismatches.append(
+                    f"step {self.steps} ({stream.kind}, after {batch_id(stream.next - 1)}): {name} differs"
+                )
+        if lost or duplicated:
+            self.mismatches.append(f"step {self.steps}: lost {dict(lost)}, duplicated {dict(duplicated)}")
+
+    def run(self, faults: int, deadline: float) -> None:
+        kinds, weights = zip(*self.kinds.items())
+        while sum(self.faults.values()) - self.faults["maintenance"] < faults and time.monotonic() < deadline:
+            stream = self.rng.choice(self.streams)
+            if not stream.committed and self.rng.random() < 0.5:
+                self.step(stream, "first_run")  # an ordinary batch, so that late records and state build up
+            else:
+                self.step(stream, self.rng.choices(kinds, weights)[0])
+            if self.mismatches:
+                break
+
+    def close(self) -> None:
+        self.worker.stop()
+        self.cleaner.shutdown()
+
+    def summary(self, seed: int, seconds: float) -> dict:
+        return {
+            "seed": seed,
+            "steps": self.steps,
+            "faults": sum(self.faults.values()),
+            "faults_by_kind": dict(sorted(self.faults.items())),
+            "batches": {s.kind: len(s.committed) for s in self.streams},
+            "rows_checked": self.rows,
+            "lost": self.lost,
+            "duplicated": self.duplicated,
+            "mismatches": self.mismatches,
+            "seconds": round(seconds, 1),
+            "passed": not self.mismatches and self.lost == 0 and self.duplicated == 0,
+        }
+
+
+def soak(
+    spark, warehouse: str, clean: str, seed: int, faults: int, minutes: float, windows, kinds, scratch: Path, env=None
+) -> dict:
+    """Run the soak; its summary (``passed``: every step's tables equal the clean run's)."""
+    start = time.monotonic()
+    s = Soak(spark, warehouse, seed, kinds, windows, clean, scratch, env)
+    if any(k in kinds for k in ("kill", "stop")):
+        s.worker.start()  # its JVM starts while the first steps run
+    try:
+        s.run(faults, start + minutes * 60)
+    except Exception as e:  # noqa: BLE001 - an unexpected error is a failed soak, reported
+        s.mismatches.append(f"step {s.steps}: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
+    finally:
+        s.close()
+    return s.summary(seed, time.monotonic() - start)
+
+
+def report(summary: dict) -> str:
+    kinds = ", ".join(f"{k} {n}" for k, n in summary["faults_by_kind"].items())
+    lines = [
+        f"seed {summary['seed']}: {summary['steps']} steps, {summary['faults']} faults injected ({kinds})",
+        f"batches committed per pipeline: {summary['batches']}",
+        f"rows checked {summary['rows_checked']}, lost {summary['lost']}, duplicated {summary['duplicated']}",
+        f"wall time {summary['seconds']} s",
+        "PASSED" if summary["passed"] else "FAILED:\n  " + "\n  ".join(summary["mismatches"]),
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--faults", "--steps", type=int, default=20, help="faults to inject (maintenance not counted)")
+    parser.add_argument("--minutes", type=float, default=30.0, help="stop after this long (the soak passes if clean)")
+    parser.add_argument("--warehouse", help="a local folder or an s3a:// URI (default: a temporary folder)")
+    parser.add_argument("--s3", action="store_true", help="start the S3 test server (tests/s3server.py) and soak on it")
+    parser.add_argument("--pipelines", default=",".join(WINDOWS), help=f"of {','.join(WINDOWS)}")
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"fault kinds, of {','.join(KINDS)}")
+    parser.add_argument("--json", help="write the summary here too")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(args.worker)
+        return 0
+    from contextlib import ExitStack
+
+    from framework import spark_session
+
+    kinds = {k: KINDS[k] for k in args.kinds.split(",")}
+    windows = args.pipelines.split(",")
+    with ExitStack() as stack:
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="soak-")))
+        env, conf = None, {"spark.sql.shuffle.partitions": "2"}
+        if args.s3:
+            from s3server import child_env, s3_server
+
+            server = stack.enter_context(s3_server(scratch / "s3.log"))
+            conf.update(server.spark_conf())
+            env = child_env(server)
+            warehouse, clean = server.url(f"soak-{args.seed}"), server.url(f"soak-{args.seed}-clean")
+        else:
+            warehouse = args.warehouse or str(scratch / "lake")
+            clean = (warehouse.rstrip("/") + "-clean") if args.warehouse else str(scratch / "clean")
+        spark = spark_session("soak", master="local[2]", s3=args.s3 or warehouse.startswith("s3a://"), conf=conf)
+        summary = soak(spark, warehouse, clean, args.seed, args.faults, args.minutes, windows, kinds, scratch, env)
+    print(report(summary), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2))
+    return 0 if summary["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
