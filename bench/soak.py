@@ -323,8 +323,9 @@ class Soak:
                 pass
         rest = self.worker.kill()
         self.worker.start()  # ready for the next kill or stop
-        if "RESULT" in rest or (not delay and not line.startswith("AT")):
-            self.commit(stream, k)  # the batch ended before the kill: no fault
+        if "RESULT" in rest or (not delay and not line.startswith("AT")):  # it ended before the kill
+            assert run(self.rt, stream, k).status == "already committed", line if not delay else rest
+            self.commit(stream, k)
             return
         self.faults["kill"] += 1
         self.rerun(stream, k)
