@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 
 from ..definition.names import RESERVED_ROOT_ENTRIES
 from ..definition.pipeline import Pipeline
-from ..errors import FrameworkError
+from ..errors import FrameworkError, PublicationError, QualityGateError
 from .console import JAVA_OPTIONS, default_log, quiet_session
 from .jobs import (
     JobError,
@@ -141,24 +141,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_interval(job.PIPELINE, start, end)
     _check_paths(args, job)
     spark = _spark(args, job.PIPELINE.name)
-    with _leaving_status(spark, args.warehouse, job.PIPELINE.name):
-        print(summary(_one_batch(spark, job.PIPELINE, job.LANDING, start, end, args, args.job)))
+    with _leaving_status(spark, args.warehouse, job.PIPELINE.name) as committed:
+        result = _one_batch(spark, job.PIPELINE, job.LANDING, start, end, args, args.job)
+        committed.append(result.status == "committed")
+    print(summary(result))
     return 0
 
 
 @contextmanager
-def _leaving_status(spark: SparkSession, warehouse: str, name: str) -> Iterator[None]:
+def _leaving_status(spark: SparkSession, warehouse: str, name: str) -> Iterator[list[bool]]:
     """Leave the pipeline's status file after the command, as a job does (``status.save``), for
-    ``finalresults status`` and the Airflow plugin to read without Spark: also when a batch was
-    refused or failed its audit (a framework error: Spark itself is fine)."""
+    ``finalresults status`` and the Airflow plugin to read without Spark, when the command changed
+    it: a batch or replay committed (the caller appends True to the list it is given), an audit
+    failed or a publication was cut short. A status costs a few Spark jobs: a command that only
+    found its batches committed, or was refused, leaves the file as it was."""
     from ..operations import status
 
+    committed: list[bool] = []
     try:
-        yield
-    except FrameworkError:
+        yield committed
+    except (QualityGateError, PublicationError):
         status.save(spark, warehouse, name)
         raise
-    status.save(spark, warehouse, name)
+    except FrameworkError:
+        if any(committed):
+            status.save(spark, warehouse, name)
+        raise
+    if any(committed):
+        status.save(spark, warehouse, name)
 
 
 def _one_batch(spark, pipeline: Pipeline, table: str, start, end, args: argparse.Namespace, job: str) -> BatchResult:
@@ -175,8 +185,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     _check_paths(args, job)
     spark = _spark(args, job.PIPELINE.name)
     progress = _Progress(f"backfill {job.PIPELINE.name}")
-    with _leaving_status(spark, args.warehouse, job.PIPELINE.name):
-        results = _backfill(spark, job, todo, args, progress)
+    with _leaving_status(spark, args.warehouse, job.PIPELINE.name) as committed:
+        results = _backfill(spark, job, todo, args, progress, committed)
     ran = [r for r in results if r.status == "committed"]
     print(
         f"backfill {job.PIPELINE.name}: {len(results)} interval(s) in {_duration(time.monotonic() - progress.started)}"
@@ -186,7 +196,9 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     return 0
 
 
-def _backfill(spark: SparkSession, job: ModuleType, todo: list, args: argparse.Namespace, progress: _Progress):
+def _backfill(
+    spark: SparkSession, job: ModuleType, todo: list, args: argparse.Namespace, progress: _Progress, committed: list
+):
     """The batches of the intervals ``todo`` in order, a line each; a failure says where it stopped."""
     results = []
     for n, (start, end) in enumerate(todo, 1):
@@ -203,6 +215,7 @@ def _backfill(spark: SparkSession, job: ModuleType, todo: list, args: argparse.N
         print(summary(result), flush=True)
         progress(n, len(todo), worked=result.status == "committed")
         results.append(result)
+        committed.append(result.status == "committed")
     return results
 
 
@@ -216,10 +229,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     _check_paths(args, job)
     spark = _spark(args, f"{job.PIPELINE.name}-replay")
     progress = _Progress(f"replay {job.PIPELINE.name}")
-    with _leaving_status(spark, args.warehouse, job.PIPELINE.name):
+    with _leaving_status(spark, args.warehouse, job.PIPELINE.name) as committed:
         ran = replay_intervals(
             spark, job.PIPELINE, job.LANDING, start, stop, every, args.warehouse, args.landing, progress=progress
         )
+        committed.append(True)
     print(replay_summary(ran))
     return 0
 
