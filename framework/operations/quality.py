@@ -96,6 +96,7 @@ class Report:
     validated_at: dt.datetime
     docs: str | None = None  # URL of the Data Docs page of this validation
     digest: str | None = None  # the suite's fingerprint (``suites.digest``)
+    run_name: str = WHOLE_TABLE  # a validation of the results table (no batch): which rows, as Data Docs names it
 
     @property
     def success(self) -> bool:
@@ -111,12 +112,12 @@ class Report:
 
     def summary(self) -> str:
         failed = [c for c in self.checks if not c.success]
-        if not self.batch_id:
-            what = "the whole results table"
-        elif self.batch_id.startswith(WHOLE_TABLE):  # ``validate_added``'s rows
-            what = f"the results table's new rows ({self.batch_id})"
-        else:
+        if self.batch_id:
             what = f"batch {self.batch_id!r}"
+        elif self.run_name == WHOLE_TABLE:
+            what = "the whole results table"
+        else:  # ``validate_added``'s rows
+            what = f"the results table's new rows ({self.run_name})"
         head = (
             f"suite {self.suite!r}, {what}: {len(self.checks) - len(failed)} of {len(self.checks)} expectations passed"
         )
@@ -203,14 +204,13 @@ def _checkpoint(context, suite: gx.ExpectationSuite, engine: str):
     )
 
 
-def _document(context, identifier, result, p: Pipeline, batch_id: str | None) -> str | None:
+def _document(context, identifier, result, p: Pipeline, batch: str) -> str | None:
     """Data Docs for one stored validation result; the URL of its page.
 
     GX describes a DataFrame it validated as ``<DATAFRAME>`` of no asset (its page read "Data
     asset: None"), so the stored result first gets the names a reader knows: the results table
-    (``<pipeline>/<table>``) and the batch.
+    (``<pipeline>/<table>``) and the batch (or the rows of the table validated).
     """
-    batch = batch_id or WHOLE_TABLE
     result.meta["batch_spec"] = {"data_asset_name": f"{p.name}/{p.sink}", "batch": batch}
     result.meta["batch_parameters"] = {"batch": batch}
     context.validation_results_store.set(identifier, result)
@@ -293,8 +293,12 @@ def _run(
     warehouse_root: str | None,
     expectations_dir: str | Path | None,
     suite: gx.ExpectationSuite | None = None,
+    run_name: str = WHOLE_TABLE,
 ) -> Report:
+    """Validate ``df``: the rows of batch ``batch_id``, or (None) the results table's rows that
+    ``run_name`` names; the results are kept under ``warehouse_root`` when given."""
     suite = suite or load_suite(p, expectations_dir)
+    run_name = batch_id or run_name
     root = locks.local_path(warehouse_root) if warehouse_root else None  # GX's file stores reach local disks only
     now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
     frame = _with_close_time(p, df).persist()  # GX's Spark engine runs a few dozen small jobs over it
@@ -306,16 +310,16 @@ def _run(
             started = time.time()
             run = _checkpoint(context, suite, engine).run(
                 batch_parameters={"dataframe": data},
-                run_id=RunIdentifier(run_name=batch_id or WHOLE_TABLE, run_time=now),
+                run_id=RunIdentifier(run_name=run_name, run_time=now),
             )
             [(identifier, result)] = run.run_results.items()
             docs = None
             if root:
-                docs = _document(context, identifier, result, p, batch_id)
+                docs = _document(context, identifier, result, p, run_name)
                 datadocs.make_offline(Path(root) / "data_docs", since=started)
     finally:
         frame.unpersist()
-    report = Report(suite.name, batch_id, tuple(_check(r) for r in result.results), now, docs, digest(suite))
+    report = Report(suite.name, batch_id, tuple(_check(r) for r in result.results), now, docs, digest(suite), run_name)
     if warehouse_root:
         _persist(spark, p, report, root or warehouse_root)
     log.info("%s", report.summary())
@@ -372,7 +376,7 @@ def validate_added(
     table: DataFrame,
     added: set[str] | None,
     passed: str | None,
-    label: str,
+    run_name: str,
     *,
     warehouse_root: str | None = None,
     expectations_dir: str | Path | None = None,
@@ -391,7 +395,7 @@ def validate_added(
     new = F.col("_metadata.file_name").isin(sorted(added))
     frame = table.where(new).withColumn(ORIGIN, F.lit("added"))
     frame = frame.unionByName(_published_twins(p, table.where(new), table.where(~new)), allowMissingColumns=True)
-    return _run(spark, p, frame, label, warehouse_root, expectations_dir, suite), True
+    return _run(spark, p, frame, None, warehouse_root, expectations_dir, suite, run_name), True
 
 
 def _published_twins(p: Pipeline, staged: DataFrame, published: DataFrame) -> DataFrame:
