@@ -26,6 +26,7 @@ SLOWEST_FIRST = (
     "test_properties.py",
     "test_buffers.py",
     "test_kill.py",
+    "test_soak.py",
     "test_intervals.py",
     "test_bench.py",
     "test_s3.py",
