@@ -212,7 +212,13 @@ def test_commits_since_a_version_read_from_their_files_are_delta_history(spark, 
 
     def append(i, tag=None):
         rows = spark.range(2).withColumn("i", F.lit(i)).write.format("delta").mode("append")
-        rows.options(**{"delta.checkpointInterval": "2", "delta.logRetentionDuration": "interval 1 days"})
+        rows.options(  # Delta 4.4 requires log retention >= deleted-file retention (default 7 days)
+            **{
+                "delta.checkpointInterval": "2",
+                "delta.logRetentionDuration": "interval 1 days",
+                "delta.deletedFileRetentionDuration": "interval 1 days",
+            }
+        )
         (rows.option("userMetadata", tag) if tag else rows).save(path)
 
     def delta_history(after):
