@@ -51,13 +51,16 @@ def spark(tmp_path_factory):
     # Catalog schemas (test_catalog) get their folders in a tmp dir, not in the checkout.
     # s3=True: the s3a file system and the S3 LogStore are loaded, for warehouses on the S3 server
     # some tests start (tests/s3.py); other tests never touch them.
+    # local[1]: one task thread per worker JVM. The two workers' JVMs share two cores; with two
+    # task threads each, two workers' warm tiny batches took 21.0 s a round where one thread each
+    # took 17.5 s (alone: 15.9 -> 15.1 s). Shuffles keep two partitions, run one after the other.
     session = spark_session(
         "tests",
-        master="local[2]",
+        master="local[1]",
         s3=True,
         conf={
-            # two tasks per shuffle (one per core; still more than one partition): JVM CPU of a
-            # tiny batch, tumbling 4.7 -> 4.1 s, rate-limited 12.8 -> 11.7 s against four
+            # two tasks per shuffle (still more than one partition): JVM CPU of a tiny batch,
+            # tumbling 4.7 -> 4.1 s, rate-limited 12.8 -> 11.7 s against four
             "spark.sql.shuffle.partitions": "2",
             "spark.driver.memory": "4g",
             "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("spark-warehouse")),

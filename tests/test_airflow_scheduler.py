@@ -55,7 +55,7 @@ def _environment(root: Path) -> dict[str, str]:
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
             "AIRFLOW__API_AUTH__JWT_SECRET": uuid.uuid4().hex,
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[1]"}),
             "FINALRESULTS_WAREHOUSE": str(root / "warehouse"),
             "FINALRESULTS_LANDING": str(root / "landing"),
             "FINALRESULTS_OUTBOX": str(root / "outbox"),
