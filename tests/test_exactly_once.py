@@ -2,9 +2,9 @@
 boundary followed by a re-run leaving exactly the tables of a clean run."""
 
 import shutil
+import subprocess
+import sys
 import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from harness import AGGREGATES, frame, in_parallel, results
@@ -235,63 +235,82 @@ def test_two_runners_of_one_batch_at_once_commit_it_once(spark, warehouse):
     assert results(rt, p) == results(rt, clean)
 
 
-def test_a_delta_conflict_is_a_lost_race_by_its_class(spark, tmp_path):
+# The race of ``test_a_delta_conflict_is_a_lost_race_by_its_class``, in a JVM of its own: the
+# first writer's task waits in a UDF while the second writer's job runs, so it needs two task
+# slots, and the test workers' sessions have one (tests/conftest.py).
+CONFLICT = """
+import sys, time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import delta.exceptions
+import pytest
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import AnalysisException
+from pyspark.errors.exceptions import captured
+from pyspark.sql import functions as F
+
+from framework import spark_session
+from framework.storage.writes import lost_race
+
+# two task slots: the first writer's task waits in its UDF while the second writer's job runs
+spark = spark_session("conflict", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+tmp_path = Path(sys.argv[1])
+path, started, landed = str(tmp_path / "t"), tmp_path / "started", tmp_path / "landed"
+spark.createDataFrame([(1, 0)], "p int, v int").write.format("delta").partitionBy("p").save(path)
+
+@F.udf("int")
+def held(v):
+    started.touch()
+    for _ in range(1200):  # at most two minutes
+        if landed.exists():
+            break
+        time.sleep(0.1)
+    return v
+
+def replace_partition(rows):
+    rows.write.format("delta").mode("overwrite").option("replaceWhere", "p = 1").save(path)
+
+with ThreadPoolExecutor(1) as pool:
+    first = spark.createDataFrame([(1, 1)], "p int, v int").select("p", held("v").alias("v"))
+    replacing = pool.submit(replace_partition, first)  # its transaction read the table before its record
+    for _ in range(1200):
+        if started.exists() or replacing.done():
+            break
+        time.sleep(0.1)
+    replace_partition(spark.createDataFrame([(1, 2)], "p int, v int"))
+    landed.touch()
+    error = replacing.exception(300)
+# delta-spark 4.4 converts Delta's conflicts as PySpark raises them (delta.exceptions); before,
+# they came as a Py4JJavaError, converted only where asked. lost_race takes both by class.
+if isinstance(error, Py4JJavaError):
+    assert error.java_exception.getClass().getName() == "io.delta.exceptions.ConcurrentAppendException"
+    unconverted = captured.convert_exception
+    try:  # importing delta's converter makes PySpark convert Delta's conflicts from then on: undone below
+        from delta.exceptions.captured import _convert_delta_exception
+
+        converted = _convert_delta_exception(error.java_exception)
+    finally:
+        captured.convert_exception = unconverted
+    assert isinstance(converted, delta.exceptions.ConcurrentAppendException) and lost_race(converted)
+else:
+    assert isinstance(error, delta.exceptions.ConcurrentAppendException), error
+assert lost_race(error)
+
+with pytest.raises(AnalysisException) as retyped:  # a write refused for its schema
+    spark.createDataFrame([("x", 1)], "p string, v int").write.format("delta").mode("append").save(path)
+with pytest.raises(Py4JJavaError) as unrelated:
+    spark._jvm.java.util.ArrayList().get(0)
+assert not lost_race(retyped.value) and not lost_race(unrelated.value)
+print("CHECKED", flush=True)
+"""
+
+
+def test_a_delta_conflict_is_a_lost_race_by_its_class(tmp_path):
     """What the runners above meet inside Delta: two writers replace one partition, the second
     committing while the first still writes (its record waits in a UDF until then), so the
     first's commit conflicts. ``lost_race`` takes that for a lost race by its class, as PySpark
     hands it over (a Py4JJavaError) and as delta-spark's converter makes it (``delta.exceptions``);
-    other errors are not."""
-    import delta.exceptions
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors import AnalysisException
-    from pyspark.errors.exceptions import captured
-    from pyspark.sql import functions as F
-
-    from framework.storage.writes import lost_race
-
-    path, started, landed = str(tmp_path / "t"), tmp_path / "started", tmp_path / "landed"
-    spark.createDataFrame([(1, 0)], "p int, v int").write.format("delta").partitionBy("p").save(path)
-
-    @F.udf("int")
-    def held(v):
-        started.touch()
-        for _ in range(1200):  # at most two minutes
-            if landed.exists():
-                break
-            time.sleep(0.1)
-        return v
-
-    def replace_partition(rows):
-        rows.write.format("delta").mode("overwrite").option("replaceWhere", "p = 1").save(path)
-
-    with ThreadPoolExecutor(1) as pool:
-        first = spark.createDataFrame([(1, 1)], "p int, v int").select("p", held("v").alias("v"))
-        replacing = pool.submit(replace_partition, first)  # its transaction read the table before its record
-        for _ in range(1200):
-            if started.exists() or replacing.done():
-                break
-            time.sleep(0.1)
-        replace_partition(spark.createDataFrame([(1, 2)], "p int, v int"))
-        landed.touch()
-        error = replacing.exception(300)
-    # delta-spark 4.4 converts Delta's conflicts as PySpark raises them (delta.exceptions); before,
-    # they came as a Py4JJavaError, converted only where asked. lost_race takes both by class.
-    if isinstance(error, Py4JJavaError):
-        assert error.java_exception.getClass().getName() == "io.delta.exceptions.ConcurrentAppendException"
-        unconverted = captured.convert_exception
-        try:  # importing delta's converter makes PySpark convert Delta's conflicts from then on: undone below
-            from delta.exceptions.captured import _convert_delta_exception
-
-            converted = _convert_delta_exception(error.java_exception)
-        finally:
-            captured.convert_exception = unconverted
-        assert isinstance(converted, delta.exceptions.ConcurrentAppendException) and lost_race(converted)
-    else:
-        assert isinstance(error, delta.exceptions.ConcurrentAppendException), error
-    assert lost_race(error)
-
-    with pytest.raises(AnalysisException) as retyped:  # a write refused for its schema
-        spark.createDataFrame([("x", 1)], "p string, v int").write.format("delta").mode("append").save(path)
-    with pytest.raises(Py4JJavaError) as unrelated:
-        spark._jvm.java.util.ArrayList().get(0)
-    assert not lost_race(retyped.value) and not lost_race(unrelated.value)
+    other errors are not. The checks run in the child (``CONFLICT``); it prints CHECKED after the last."""
+    done = subprocess.run([sys.executable, "-c", CONFLICT, str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "CHECKED" in done.stdout, done.stderr[-3000:]

@@ -40,6 +40,20 @@ def template(spark, tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module")
+def fixed_template(spark, tmp_path_factory):
+    """A clean run of the fixed input: what a replay with the fix must leave."""
+    root = tmp_path_factory.mktemp("replay") / "fixed"
+    run_stream(Runtime(spark, str(root), quality=False), pipeline("replay"), [BATCHES[0], FIXED, BATCHES[2]])
+    return root
+
+
+def _copy(spark, template, lake):
+    """A runtime on a copy of a template warehouse (its own session)."""
+    shutil.copytree(template, lake)
+    return Runtime(spark.newSession(), str(lake), quality=False)
+
+
 @pytest.fixture
 def rt(spark, template, tmp_path):
     shutil.copytree(template, tmp_path / "lake")
@@ -66,7 +80,7 @@ def test_replaying_the_same_range_twice_changes_nothing(rt):
     assert again.status == "already committed" and again.seq == 2
 
 
-def test_a_replay_with_fixed_input_changes_exactly_the_affected_window(rt, spark, tmp_path):
+def test_a_replay_with_fixed_input_changes_exactly_the_affected_window(rt, spark, fixed_template, tmp_path):
     p = pipeline("replay")
     before = {(r.k, r.window_start): r for r in rt.read_output(p).collect()}
     result = rt.replay(p, _batches(spark, 1, [BATCHES[0], FIXED, BATCHES[2]]))
@@ -75,8 +89,7 @@ def test_a_replay_with_fixed_input_changes_exactly_the_affected_window(rt, spark
     assert [(k, str(start)) for k, start in changed] == [("A", "1970-01-01 00:00:00.020000")]
     assert after[next(iter(changed))].total == 40 and result.removed == result.emitted
 
-    clean = Runtime(spark, str(tmp_path / "clean"), quality=False)
-    run_stream(clean, p, [BATCHES[0], FIXED, BATCHES[2]])
+    clean = _copy(spark, fixed_template, tmp_path / "clean")
     assert _tables(rt, p) == _tables(clean, p)
     assert rt.run_batch(p, "b0001", frame(spark, FIXED, _offset(1))).status == "already committed"
 
@@ -155,12 +168,11 @@ def test_a_replay_restores_a_rate_limiting_buffer(spark, tmp_path):
     assert _tables(rt, p)["output"] != before
 
 
-def test_two_replays_of_one_range_at_once_keep_the_winners_fix(spark, warehouse):
+def test_two_replays_of_one_range_at_once_keep_the_winners_fix(spark, template, fixed_template, tmp_path):
     """Replay 1 is under way when replay 2 (with the fix) runs and commits; replay 1 then dies.
     Nothing of replay 1 is published or undone over replay 2, and the next batch builds on the fix."""
-    p = pipeline("replays")
-    lake = f"{warehouse}/lake"
-    run_stream(Runtime(spark, lake, quality=False), p, BATCHES)
+    p = pipeline("replay")
+    lake = _copy(spark, template, tmp_path / "lake").warehouse
     fixed = [BATCHES[0], FIXED, BATCHES[2]]
     slow = _Paused("commit_point")
 
@@ -182,18 +194,16 @@ def test_two_replays_of_one_range_at_once_keep_the_winners_fix(spark, warehouse)
     assert isinstance(outcome.get("error"), (ConcurrentBatchError, RuntimeError)), outcome
     assert rt.read_output(p).filter((F.col("k") == "A") & (F.unix_millis("window_start") == 20)).first().total == 40
     rt.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100))
-    clean = Runtime(spark.newSession(), f"{warehouse}/clean", quality=False)
-    run_stream(clean, p, fixed)
+    clean = _copy(spark, fixed_template, tmp_path / "clean")
     clean.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100))
     assert {k: v for k, v in snapshot(rt, p).items() if k != "ledger"} == {
         k: v for k, v in snapshot(clean, p).items() if k != "ledger"
     }
 
 
-def test_a_replay_and_the_next_batch_at_once_one_wins_and_the_other_changes_nothing(spark, warehouse):
-    p = pipeline("replay_race")
-    lake = f"{warehouse}/lake"
-    run_stream(Runtime(spark, lake, quality=False), p, BATCHES)
+def test_a_replay_and_the_next_batch_at_once_one_wins_and_the_other_changes_nothing(spark, template, tmp_path):
+    p = pipeline("replay")
+    lake = _copy(spark, template, tmp_path / "lake").warehouse
     paused = _Paused("commit_point")
     replaying = _in_thread(
         lambda: Runtime(spark.newSession(), lake, quality=False, before_write=paused).replay(
@@ -207,8 +217,7 @@ def test_a_replay_and_the_next_batch_at_once_one_wins_and_the_other_changes_noth
     outcome = replaying()
     assert isinstance(outcome.get("error"), ConcurrentBatchError), outcome
     assert "published nothing" in str(outcome["error"])
-    clean = Runtime(spark.newSession(), f"{warehouse}/clean", quality=False)
-    run_stream(clean, p, BATCHES)
+    clean = _copy(spark, template, tmp_path / "clean")
     clean.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100))
     assert snapshot(rt, p) == snapshot(clean, p)
 
