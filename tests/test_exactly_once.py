@@ -253,7 +253,6 @@ from pyspark.sql import functions as F
 from framework import spark_session
 from framework.storage.writes import lost_race
 
-# two task slots: the first writer's task waits in its UDF while the second writer's job runs
 spark = spark_session("conflict", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
 tmp_path = Path(sys.argv[1])
 path, started, landed = str(tmp_path / "t"), tmp_path / "started", tmp_path / "landed"

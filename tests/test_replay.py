@@ -48,16 +48,15 @@ def fixed_template(spark, tmp_path_factory):
     return root
 
 
-def _copy(spark, template, lake):
-    """A runtime on a copy of a template warehouse (its own session)."""
+def _copy(template, lake) -> str:
+    """A copy of a template warehouse at ``lake`` (a Delta table copied with its log is the same table)."""
     shutil.copytree(template, lake)
-    return Runtime(spark.newSession(), str(lake), quality=False)
+    return str(lake)
 
 
 @pytest.fixture
 def rt(spark, template, tmp_path):
-    shutil.copytree(template, tmp_path / "lake")
-    return Runtime(spark, str(tmp_path / "lake"), quality=False)
+    return Runtime(spark, _copy(template, tmp_path / "lake"), quality=False)
 
 
 def _committed(rt, p):
@@ -89,7 +88,7 @@ def test_a_replay_with_fixed_input_changes_exactly_the_affected_window(rt, spark
     assert [(k, str(start)) for k, start in changed] == [("A", "1970-01-01 00:00:00.020000")]
     assert after[next(iter(changed))].total == 40 and result.removed == result.emitted
 
-    clean = _copy(spark, fixed_template, tmp_path / "clean")
+    clean = Runtime(spark, _copy(fixed_template, tmp_path / "clean"), quality=False)
     assert _tables(rt, p) == _tables(clean, p)
     assert rt.run_batch(p, "b0001", frame(spark, FIXED, _offset(1))).status == "already committed"
 
@@ -172,7 +171,7 @@ def test_two_replays_of_one_range_at_once_keep_the_winners_fix(spark, template, 
     """Replay 1 is under way when replay 2 (with the fix) runs and commits; replay 1 then dies.
     Nothing of replay 1 is published or undone over replay 2, and the next batch builds on the fix."""
     p = pipeline("replay")
-    lake = _copy(spark, template, tmp_path / "lake").warehouse
+    lake = _copy(template, tmp_path / "lake")
     fixed = [BATCHES[0], FIXED, BATCHES[2]]
     slow = _Paused("commit_point")
 
@@ -194,7 +193,7 @@ def test_two_replays_of_one_range_at_once_keep_the_winners_fix(spark, template, 
     assert isinstance(outcome.get("error"), (ConcurrentBatchError, RuntimeError)), outcome
     assert rt.read_output(p).filter((F.col("k") == "A") & (F.unix_millis("window_start") == 20)).first().total == 40
     rt.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100))
-    clean = _copy(spark, fixed_template, tmp_path / "clean")
+    clean = Runtime(spark.newSession(), _copy(fixed_template, tmp_path / "clean"), quality=False)
     clean.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100))
     assert {k: v for k, v in snapshot(rt, p).items() if k != "ledger"} == {
         k: v for k, v in snapshot(clean, p).items() if k != "ledger"
@@ -203,7 +202,7 @@ def test_two_replays_of_one_range_at_once_keep_the_winners_fix(spark, template, 
 
 def test_a_replay_and_the_next_batch_at_once_one_wins_and_the_other_changes_nothing(spark, template, tmp_path):
     p = pipeline("replay")
-    lake = _copy(spark, template, tmp_path / "lake").warehouse
+    lake = _copy(template, tmp_path / "lake")
     paused = _Paused("commit_point")
     replaying = _in_thread(
         lambda: Runtime(spark.newSession(), lake, quality=False, before_write=paused).replay(
@@ -217,7 +216,7 @@ def test_a_replay_and_the_next_batch_at_once_one_wins_and_the_other_changes_noth
     outcome = replaying()
     assert isinstance(outcome.get("error"), ConcurrentBatchError), outcome
     assert "published nothing" in str(outcome["error"])
-    clean = _copy(spark, template, tmp_path / "clean")
+    clean = Runtime(spark.newSession(), _copy(template, tmp_path / "clean"), quality=False)
     clean.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100))
     assert snapshot(rt, p) == snapshot(clean, p)
 
