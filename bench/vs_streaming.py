@@ -215,6 +215,12 @@ def _txn_lookups(spark: SparkSession, ids: set[int]) -> int:
     )
 
 
+def _queries(spark: SparkSession) -> int:
+    """SQL executions the session ran so far: the framework's own queries and those Delta plans
+    inside a command (a snapshot's state, the files a scan reads)."""
+    return spark._jsparkSession.sharedState().statusStore().executionsCount()
+
+
 def _job_seconds(spark: SparkSession, ids: set[int]) -> dict[str, float]:
     """Seconds per job name (Spark's call site, e.g. ``collect at runtime.py:171``) over the jobs
     ``ids``, largest first: where a framework batch spends its time."""
@@ -253,13 +259,14 @@ class Runners:
         self.jobs: list[int] = []
         self.commits: list[int] = []
         self.txn_lookups: list[int] = []
+        self.queries: list[int] = []
 
     def _delta_commits(self) -> int:
         return sum(1 for _ in self.warehouse.rglob("_delta_log/*.json"))
 
     def run_a(self, i: int, path: Path) -> float:
         sc, group = self.spark.sparkContext, f"bench-a-{i}"
-        commits = self._delta_commits()
+        commits, queries = self._delta_commits(), _queries(self.spark)
         sc.setJobGroup(group, "framework batch")
         start = time.monotonic()
         self.rt.run_batch(self.pipeline, f"b{i:04d}", self.spark.read.parquet(str(path)))
@@ -271,6 +278,7 @@ class Runners:
         self.job_seconds = _job_seconds(self.spark, ids)
         self.txn_lookups.append(_txn_lookups(self.spark, ids))
         self.commits.append(self._delta_commits() - commits)
+        self.queries.append(_queries(self.spark) - queries)
         return seconds
 
     def run_b(self, i: int, path: Path) -> float:
@@ -363,7 +371,7 @@ def run(
             print(
                 f"batch {i}: "
                 + "  ".join(f"{n}={s[-1]:.1f}s" for n, s in seconds.items())
-                + f"  A jobs={r.jobs[-1]} A commits={r.commits[-1]} A txn lookups={r.txn_lookups[-1]}",
+                + f"  A queries={r.queries[-1]} A jobs={r.jobs[-1]} A commits={r.commits[-1]} A txn lookups={r.txn_lookups[-1]}",
                 flush=True,
             )
         metrics = (
@@ -396,6 +404,7 @@ def run(
                 "A": disk_bytes(work / "a" / "bench" / "_state"),
                 "B": disk_bytes(work / "b_checkpoint" / "state"),
             },
+            "a_queries_per_batch": r.queries,
             "a_spark_jobs_per_batch": r.jobs,
             "a_delta_commits_per_batch": r.commits,
             "a_txn_lookups_per_batch": r.txn_lookups,
@@ -486,7 +495,8 @@ def markdown(rep: dict) -> str:
         f"**{rep['workload']}, {rep['size']}, lateness={rep.get('lateness', 'batch')}**: "
         f"{rep['events']:,} events, {rep['batches']} batches, "
         f"{rep['keys']:,} keys. A/B = {rep['ratio_a_over_b']}, A/C = {rep['ratio_a_over_c']} (medians). "
-        f"A: {statistics.median(rep['a_spark_jobs_per_batch']):.0f} Spark jobs and "
+        f"A: {statistics.median(rep.get('a_queries_per_batch') or [0]):.0f} queries (SQL executions, Delta's "
+        f"own included), {statistics.median(rep['a_spark_jobs_per_batch']):.0f} Spark jobs and "
         f"{statistics.median(rep['a_delta_commits_per_batch']):.0f} Delta commits and "
         f"{statistics.median(rep.get('a_txn_lookups_per_batch') or [0]):.0f} transaction-id lookups per batch "
         "(median). "

@@ -29,6 +29,7 @@ class Batch:
     bucket_ms: int
     buffer: DataFrame | None = None  # until_time_limit: the suppression buffer as of the last committed batch
     cache: Callable[[DataFrame], DataFrame] = lambda df: df  # keeps a frame the plan reads more than once
+    event_times: tuple[int, int] | None = None  # the first and last event time of the records (ms)
 
     @property
     def time_before(self) -> int:
@@ -49,24 +50,32 @@ class Limited:
     buffer: DataFrame  # the buffer after the batch: entries with ``BUFFER_TIME``, ``SIZE``, ``ENTRY_KEY``, values
     changes: DataFrame  # ``POS``, ``_dc``, ``_db``: entries and bytes added (or removed) per position
 
-    def stats(self) -> dict:
-        """Buffer count and bytes after the batch and their largest value after any record."""
+    def stats(self) -> DataFrame:
+        """Buffer count and bytes after the batch and their largest value after any record (one
+        row: ``BUFFER_STATS``), to collect with the batch's other counts."""
         return buffer_stats(self.changes)
 
 
-def buffer_stats(changes: DataFrame) -> dict:
+BUFFER_STATS = ("count", "count_max", "size", "size_max")
+
+
+def buffer_stats(changes: DataFrame) -> DataFrame:
     """Count and bytes of a buffer after a batch and their largest value after any record, from
-    its changes (``Limited.changes``)."""
+    its changes (``Limited.changes``): one row of ``BUFFER_STATS``."""
     per_pos = changes.groupBy(POS).agg(F.sum("_dc").alias("dc"), F.sum("_db").alias("db"))
     upto = Window.orderBy(POS).rowsBetween(Window.unboundedPreceding, Window.currentRow)
     running = per_pos.select(POS, F.sum("dc").over(upto).alias("n"), F.sum("db").over(upto).alias("b"))
-    row = running.agg(
+    return running.agg(
         F.max("n").alias("count_max"),
         F.max("b").alias("size_max"),
         F.max_by("n", POS).alias("count"),
         F.max_by("b", POS).alias("size"),
-    ).collect()[0]
-    return {k: int(row[k] or 0) for k in ("count", "count_max", "size", "size_max")}
+    )
+
+
+def collected_stats(row: dict | None) -> dict:
+    """``buffer_stats``'s row as a dict of ints (an empty buffer's nulls as 0)."""
+    return {k: int((row or {}).get(k) or 0) for k in BUFFER_STATS}
 
 
 @dataclass(kw_only=True)
@@ -82,7 +91,7 @@ class Effect:
     counters: dict[str, Column]  # aggregate expressions over ``counted`` for metrics
     open_windows: DataFrame  # windows (or keys) held in state after the batch
     limited: Limited | None = None  # until_time_limit: what the suppression buffer did (``ratelimit``)
-    opened: Callable[[], int] | None = None  # time windows: how many windows the batch added to state
+    opened: DataFrame | None = None  # time windows: the windows the batch added to state
     # the updates a suppression buffer takes (``ratelimit``), where the window type decides them:
     # sliding windows: rows whose running merge is each update; session windows: one row per
     # update (Kafka's forwards: tombstones ``GONE``), with ``POS``, ``STEP`` and merged partials

@@ -115,31 +115,6 @@ def _time_windows(b: Batch, w: TimeWindows) -> Effect:
     still_open = stored.filter(~due).unionByName(batch_partials.filter(~due)).select(*ident).distinct()
     closed = results if p.suppressed_final else rows.filter(due).select(*ident).distinct()
 
-    def opened() -> int:
-        """Windows of the batch not in state before: a lookup in the buckets the batch touched
-        and, by Delta's file statistics, the files whose range of the first key overlaps the
-        batch's (counting every open window would read all state)."""
-        first = F.col(p.keys[0])
-        per_bucket = (
-            batch_partials.groupBy(BUCKET)
-            .agg(F.count(F.lit(1)).alias("n"), F.min(first).alias("lo"), F.max(first).alias("hi"))
-            .collect()
-        )
-        windows = sum(r["n"] for r in per_bucket)
-        if b.state is None or not windows:
-            return windows
-        near = F.col(BUCKET).isin([r[BUCKET] for r in per_bucket]) & first.between(
-            F.lit(min(r["lo"] for r in per_bucket)), F.lit(max(r["hi"] for r in per_bucket))
-        )
-        known = (
-            b.state.filter(near)
-            .select(*ident)
-            .join(F.broadcast(batch_partials.select(*ident)), ident, "left_semi")
-            .distinct()
-            .count()
-        )
-        return windows - known
-
     return Effect(
         state_changes=None,
         state_rewrite=(keep, f"{BUCKET} <= {due_bucket}"),
@@ -149,8 +124,21 @@ def _time_windows(b: Batch, w: TimeWindows) -> Effect:
         counted=assigned,
         counters=counters,
         open_windows=still_open,
-        opened=opened,
+        opened=_new_windows(b, w, batch_partials.select(*ident)),
     )
+
+
+def _new_windows(b: Batch, w: TimeWindows, windows: DataFrame) -> DataFrame:
+    """Of the batch's ``windows``, those not in state before: looked up in the buckets that
+    can hold a window of the batch's event times, a literal range Delta prunes the state's
+    partitions by (counting every open window would read all state)."""
+    if b.state is None or b.event_times is None:
+        return windows
+    first, last = b.event_times
+    offset = w.close_offset_ms()  # a window of event time ts closes in (ts - size + offset, ts + offset]
+    low, high = (first - w.size_ms + offset) // b.bucket_ms, (last + offset) // b.bucket_ms
+    near = b.state.filter(F.col(BUCKET).between(F.lit(low), F.lit(high))).select(*windows.columns)
+    return windows.join(near, windows.columns, "left_anti")
 
 
 def assign(records: DataFrame, w: TimeWindows) -> DataFrame:

@@ -121,7 +121,7 @@ def limit(b: Batch, effect: Effect) -> Effect:
     return replace(effect, results=emitted, limited=Limited(emitted, kept, _sized(emits, changes, stored)))
 
 
-def held_until_close(b: Batch, effect: Effect) -> dict:
+def held_until_close(b: Batch, effect: Effect) -> DataFrame:
     """The buffer of ``until_window_closes`` (any window type), count and bytes after every record
     (``Limited.stats``), for strict bounds: Kafka's buffer holds every open window (each update
     is put, a window leaves once stream time reaches its close), so this is the fold of a

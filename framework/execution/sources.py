@@ -46,6 +46,7 @@ class BatchInput:
     max_ts: int | None  # of the records processed
     fingerprint: str  # of the whole input
     schema_json: str
+    min_ts: int | None = None  # of the records processed
     rejected: int = 0  # records that failed a per-record check (``bad_records="quarantine"``)
     rejected_rows: DataFrame | None = None  # those records: ``reason``, ``record`` (JSON)
 
@@ -166,6 +167,7 @@ def read_batch(p: Pipeline, batch_id: str, df: DataFrame, latest_ms: int | None 
         *[F.count_if(check.fails).alias(f"failed_{i}") for i, check in enumerate(checks)],
         F.count_if(bad).alias("rejected"),
         F.max(F.when(~bad, F.col(TS))).alias("max_ts"),
+        F.min(F.when(~bad, F.col(TS))).alias("min_ts"),
         F.sum(F.xxhash64(*[_hashable(F.col(c), df.schema[c].dataType) for c in columns]).cast("decimal(38,0)")).alias(
             "h"
         ),
@@ -189,6 +191,7 @@ def read_batch(p: Pipeline, batch_id: str, df: DataFrame, latest_ms: int | None 
         frame=frame,
         count=row["n"],
         max_ts=row["max_ts"],
+        min_ts=row["min_ts"],
         fingerprint=f"{row['n']}:{row['h'] or 0}",
         schema_json=schema_json,
         rejected=row["rejected"],

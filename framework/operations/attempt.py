@@ -100,6 +100,7 @@ class BatchAttempt:
         self.committed = False  # whether its commit point landed: from then on, errors say so
         self.interval: tuple[dt.datetime, dt.datetime | None] | None = None  # a job's data interval
         self.allow_gap = False
+        self.schemas: dict[str, str] = {}  # of the rows it staged, by name
 
     @property
     def staging(self) -> str:
@@ -304,12 +305,13 @@ class BatchAttempt:
             ),
         }
         if planned.emitted:
-            writing["output"] = lambda: files.stage(sinks.staged(p, rows_out), f"{self.staging}/output")
+            staged = sinks.staged(p, rows_out)
+            self.schemas["output"] = staged.schema.json()
+            writing["output"] = lambda: files.stage(staged, f"{self.staging}/output")
         tasks: dict[str, Callable[[], object]] = {
             f"writing {point!r}": functools.partial(self._write_point, point, action)
             for point, action in writing.items()
         }
-        tasks["counting open windows"] = planned.open_now
         if planned.emitted:  # what publication writes
             tasks[f"reading {t.output}"] = functools.partial(tables.prepare, spark, t.output)
         return dict(zip(writing, self.steps.concurrently(tasks)))
@@ -366,7 +368,7 @@ class BatchAttempt:
         """Mark what to publish, then commit the state change, the ledger row and the late
         records in one commit: the commit point."""
         staged = [name for name in ("output",) if name in written]
-        mark(self.s.spark, self.staging, {"replay": False, "staged": staged})
+        mark(self.s.spark, self.staging, {"replay": False, "staged": staged, "schemas": self.schemas})
         assert self.seen is not None  # read in step 1
         late = self._late_records(planned.effect.late, input_df) if planned.counts.get("late_records") else None
         last, sta = self.last, planned.stream_time

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import time
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from ..definition.columns import TS
 from ..definition.pipeline import Pipeline
 from ..errors import BufferFullError
 from ..execution import engine, ratelimit
+from ..execution.batch import collected_stats
 from ..execution.sources import BatchInput
 from ..execution.streamtime import arrival_order, at_batch_start, to_datetime, to_epoch_millis, with_stream_time
 from ..storage import sinks, state, tables, writes
@@ -38,7 +40,7 @@ class Plan:
     counts: dict  # the effect's counters
     closed: int  # windows closed
     emitted: int  # rows for the sink
-    open_now: Callable[[], int]  # windows open after the batch (counted once, when first asked)
+    windows_open: int  # windows open after the batch
     buffered: dict | None  # rate-limiting buffer statistics
 
 
@@ -88,7 +90,7 @@ def plan(
 ) -> Plan:
     """Plan the batch from ``_state`` as of ``read_version`` (where the attempt read the
     ledger; -1: no table yet) and the buffer as of the last committed batch, and count what it
-    does (the counts run at the same time; results stay checkpointed for the writes)."""
+    does (every count in one query, ``tallied``; results stay checkpointed for the writes)."""
     stb = last.stream_time if last else None
     records, sta = _with_stream_time(s, p, seq, inp, stb, batch_end)
 
@@ -111,6 +113,7 @@ def plan(
         bucket_ms=s.bucket_ms,
         buffer=buffer(),
         cache=kept,
+        event_times=(inp.min_ts, inp.max_ts) if inp.min_ts is not None and inp.max_ts is not None else None,
     )
     effect = engine.plan(batch)
     if p.rate_limited:
@@ -118,37 +121,55 @@ def plan(
     open_before = last.windows_open if last else 0
 
     closed_is_results = effect.closed is effect.results  # time windows' final results: the closed windows
-
-    def windows() -> tuple[int, int, DataFrame]:
-        results = kept(effect.results)  # checkpointing plans the read of state: here, beside the counters' job
-        closed = (results if closed_is_results else effect.closed).count()
-        same = closed_is_results and not p.steps
-        return closed, closed if same else sinks.shape(p, results, "", sta).count(), results
-
-    counted = {
-        "counters": lambda: effect.counted.agg(*[v.alias(k) for k, v in effect.counters.items()]).collect()[0].asDict(),
-        "windows": windows,
-    }
-    counts, (closed, emitted, results) = steps.concurrently(counted)
+    results = kept(effect.results)  # for the counts, the audit and the staging write
     effect = replace(effect, results=results, closed=results if closed_is_results else effect.closed)
-
-    @functools.cache
-    def open_now() -> int:
-        if effect.opened is not None and open_before is not None:
-            return open_before + effect.opened() - closed
-        return effect.open_windows.count()
-
-    buffered = effect.limited.stats() if effect.limited is not None else None
-    check_buffer(steps.where, p, batch, effect, open_now, buffered)
+    same = closed_is_results and not p.steps  # every closed window is a sink row
+    frames = {
+        "counters": effect.counted.agg(*[v.alias(k) for k, v in effect.counters.items()]),
+        "closed": _count(effect.closed),
+    }
+    if not same:
+        frames["emitted"] = _count(sinks.shape(p, results, "", sta))
+    if effect.opened is not None and open_before is not None:
+        frames["opened"] = _count(effect.opened)
+    else:
+        frames["open"] = _count(effect.open_windows)
+    if effect.limited is not None:
+        frames["buffered"] = effect.limited.stats()
+    elif _holds_until_close(p):
+        frames["buffered"] = ratelimit.held_until_close(batch, effect)
+    tally = tallied(frames)
+    closed = tally["closed"]["n"]
+    emitted = closed if same else tally["emitted"]["n"]
+    opened = tally.get("opened")
+    open_now = open_before + opened["n"] - closed if opened is not None else tally["open"]["n"]
+    buffered = collected_stats(tally["buffered"]) if "buffered" in frames else None
+    check_buffer(steps.where, p, open_now, buffered)
     return Plan(
         effect=effect,
         stream_time=sta,
-        counts=counts,
+        counts=tally["counters"],
         closed=closed,
         emitted=emitted,
-        open_now=open_now,
-        buffered=buffered,
+        windows_open=open_now,
+        buffered=buffered if effect.limited is not None else None,
     )
+
+
+def _count(df: DataFrame) -> DataFrame:
+    return df.agg(F.count(F.lit(1)).alias("n"))
+
+
+def tallied(frames: dict[str, DataFrame]) -> dict[str, dict]:
+    """Collect one-row frames (by name) in one query: their rows as dicts (a null value left
+    out). A batch's counts are one Spark job, not one query each: most of a small batch's cost
+    is per query (analysis, planning, scheduling), not per row."""
+    tagged = [
+        df.select(F.lit(name).alias("_name"), F.to_json(F.struct(*df.columns)).alias("_row"))
+        for name, df in frames.items()
+    ]
+    rows = {r["_name"]: json.loads(r["_row"]) for r in functools.reduce(DataFrame.unionByName, tagged).collect()}
+    return {name: {c: rows[name].get(c) for c in df.columns} for name, df in frames.items()}
 
 
 def _with_stream_time(
@@ -166,30 +187,32 @@ def _with_stream_time(
     return records, sta
 
 
-def check_buffer(
-    where: str,
-    p: Pipeline,
-    batch: engine.Batch,
-    effect: engine.Effect,
-    held: Callable[[], int],
-    buffered: dict | None,
-) -> None:
+def _strict(p: Pipeline) -> bool:
+    """Whether ``p``'s buffer is bounded and shuts down when full (``check_buffer`` applies)."""
+    buf = p.suppression.buffer if p.suppression is not None else None
+    return buf is not None and buf.shuts_down_when_full() and (buf.record_limit, buf.byte_limit) != (None, None)
+
+
+def _holds_until_close(p: Pipeline) -> bool:
+    """Whether ``check_buffer`` needs the final-results buffer after every record
+    (``ratelimit.held_until_close``): a strict one, with lateness="record"."""
+    return _strict(p) and not p.rate_limited and p.windows is not None and p.lateness == "record"
+
+
+def check_buffer(where: str, p: Pipeline, windows_open: int, buffered: dict | None) -> None:
     """Strict bounded buffers (``shut_down_when_full``) stop the batch before anything is
     written when the buffer would exceed a bound after any record (its largest size in the
-    batch): a rate-limiting buffer holds updated keys, a final-results one the open windows
-    (after the batch only for lateness="batch", whose buffer is not modelled)."""
-    buf = p.suppression.buffer if p.suppression is not None else None
-    if buf is None or not buf.shuts_down_when_full():
+    batch, ``buffered``): a rate-limiting buffer holds updated keys, a final-results one the
+    open windows (``windows_open`` after the batch for lateness="batch", whose buffer is not
+    modelled)."""
+    if not _strict(p):
         return
-    if buf.record_limit is None and buf.byte_limit is None:  # nothing to exceed
-        return
+    buf = p.suppression.buffer
     what = "entries" if p.rate_limited else "windows"
-    if buffered is None and p.windows is not None and p.lateness == "record":
-        buffered = ratelimit.held_until_close(batch, effect)
     if buffered is not None:
         count, size = buffered["count_max"], buffered["size_max"]
     else:
-        count, size = held(), None
+        count, size = windows_open, None
     over = []
     if buf.record_limit is not None and count > buf.record_limit:
         over.append(f"max_records={buf.record_limit}")
@@ -207,7 +230,7 @@ def check_buffer(
 def batch_metrics(p: Pipeline, plan: Plan, inp: BatchInput, started_at: float) -> dict:
     """The batch's metrics row (KIP-328 names), recorded in its ledger row and published; the
     ledger row also keeps ``rows_published``, the rows the sink received (after any filter)."""
-    final, buffered, open_now = p.suppressed_final, plan.buffered, plan.open_now()
+    final, buffered, open_now = p.suppressed_final, plan.buffered, plan.windows_open
     values = dict(
         plan.counts,
         records_in=inp.count,

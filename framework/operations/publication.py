@@ -54,7 +54,8 @@ class Staged(tables.Tables):
 
 def mark(spark: SparkSession, folder: str, spec: dict) -> None:
     """Before an attempt's commit point, say in its staging ``folder`` what to publish once it
-    committed: ``staged``, the names of the staged tables, and for a replay its range."""
+    committed: ``staged``, the names of the staged tables, ``schemas`` (of a batch's staged
+    Parquet rows, by name), and for a replay its range."""
     files.put_text(spark, f"{folder}/{PUBLICATION}", json.dumps(spec))
 
 
@@ -94,7 +95,7 @@ def _publish(steps: Steps, p: Pipeline, t: tables.Tables, folder: str, last: Led
         steps.step = "publishing results"
         sinks.publish(
             p,
-            files.read_staged(spark, f"{folder}/output"),
+            files.read_staged(spark, f"{folder}/output", spec.get("schemas", {}).get("output")),
             t.output,
             last.seq,
             tag,

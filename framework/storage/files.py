@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from urllib.parse import urlparse
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from .tables import exists, read
 
@@ -75,9 +77,14 @@ def is_staged(spark: SparkSession, path: str) -> bool:
     return fs.exists(hadoop_path) or exists(spark, path)
 
 
-def read_staged(spark: SparkSession, path: str) -> DataFrame:
-    """The rows ``stage`` (or a replay's publication into its own folder) left at ``path``."""
-    return read(spark, path) if exists(spark, path) else spark.read.parquet(path)
+def read_staged(spark: SparkSession, path: str, schema: str | None = None) -> DataFrame:
+    """The rows ``stage`` (or a replay's publication into its own folder) left at ``path``;
+    ``schema`` (``StructType.json()``), when the stager recorded it, spares the Spark job
+    that reads it from the Parquet files."""
+    if exists(spark, path):
+        return read(spark, path)
+    reader = spark.read if schema is None else spark.read.schema(StructType.fromJson(json.loads(schema)))
+    return reader.parquet(path)
 
 
 def list_names(spark: SparkSession, path: str) -> list[str]:
