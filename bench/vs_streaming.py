@@ -371,7 +371,8 @@ def run(
             print(
                 f"batch {i}: "
                 + "  ".join(f"{n}={s[-1]:.1f}s" for n, s in seconds.items())
-                + f"  A queries={r.queries[-1]} A jobs={r.jobs[-1]} A commits={r.commits[-1]} A txn lookups={r.txn_lookups[-1]}",
+                + f"  A queries={r.queries[-1]} A jobs={r.jobs[-1]} A commits={r.commits[-1]}"
+                + f" A txn lookups={r.txn_lookups[-1]}",
                 flush=True,
             )
         metrics = (

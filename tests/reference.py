@@ -54,8 +54,9 @@ class Window:
     values: list = field(default_factory=list)
 
 
-def run(windows, batches, lateness="record"):
-    """Final results of ``batches`` under ``windows``: list of dicts, in emission order."""
+def run(windows, batches, lateness="record", still_open=None):
+    """Final results of ``batches`` under ``windows``: list of dicts, in emission order; the
+    number of windows open after each batch is appended to ``still_open`` if given."""
     st = None
     open_: dict = {}  # (key, start) -> Window, not yet emitted
     held: dict = {}  # sliding: key -> the windows Kafka's store holds (start -> [Window, latest event time])
@@ -89,6 +90,8 @@ def run(windows, batches, lateness="record"):
                     "stream_time": st,
                 }
             )
+        if still_open is not None:
+            still_open.append(len(open_))
     return emitted
 
 

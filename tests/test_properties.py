@@ -3,7 +3,8 @@
 For each generated stream the pipeline runs twice: as one batch, and split at one or two random
 places (two or three batches; test_examples runs its KAFKA_SLIDING streams one record per
 batch). Each run must equal the reference model for its split, window bounds, values, emitting
-batch and stream time included; and the final rows (key, window, aggregates) must be identical
+batch and stream time included, and so must the windows open after each batch (the
+``windows_open`` metric); and the final rows (key, window, aggregates) must be identical
 across the splits (batch-split invariance, docs/design.md#batch-split-invariance). The fixed
 streams of ``test_examples`` add the cases chosen by hand.
 """
@@ -58,17 +59,20 @@ def _check(spark, kind, data, lateness="record"):
             .to("out")
         )
         rt = Runtime(spark.newSession(), lake, quality=False)
-        run_stream(rt, p, splits[label])
-        return label, results(rt, p) if tables.exists(rt.spark, rt.tables(p).output) else []
+        ran = run_stream(rt, p, splits[label])
+        rows = results(rt, p) if tables.exists(rt.spark, rt.tables(p).output) else []
+        return label, (rows, [r.metrics["windows_open"] for r in ran])
 
     got = dict(in_parallel([lambda label=label: run(label) for label in splits]))
     for label, batches in splits.items():
-        assert got[label] == expected(ref.run(model(grace), batches, lateness)), f"{kind} split={label}"
+        still_open: list[int] = []
+        want = expected(ref.run(model(grace), batches, lateness, still_open))
+        assert got[label] == (want, still_open), f"{kind} split={label}"
     if lateness == "batch":  # judged per batch, results depend on the split
         return
     final = {
         label: [{k: v for k, v in r.items() if not k.startswith("emitted")} for r in rows]
-        for label, rows in got.items()
+        for label, (rows, _) in got.items()
     }
     assert final["one"] == final["random"]
 

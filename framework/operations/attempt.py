@@ -297,7 +297,8 @@ class BatchAttempt:
     # ---- 4. write -------------------------------------------------------------------------------
     def _write(self, planned: Plan, rows_out: DataFrame, kept: Kept) -> dict[str, int | None]:
         """The buffer advanced and the sink rows staged, at the same time, beside reading the
-        snapshot publication writes to; the version the buffer is at, by write point."""
+        snapshots the commit point and publication write to; the version the buffer is at, by
+        write point."""
         spark, p, t, effect = self.s.spark, self.p, self.t, planned.effect
         writing: dict[str, Callable[[], object]] = {
             "buffer": lambda: state.write_buffer(
@@ -312,6 +313,7 @@ class BatchAttempt:
             f"writing {point!r}": functools.partial(self._write_point, point, action)
             for point, action in writing.items()
         }
+        tasks[f"reading {t.state}"] = functools.partial(tables.prepare, spark, t.state)  # what the commit point writes
         if planned.emitted:  # what publication writes
             tasks[f"reading {t.output}"] = functools.partial(tables.prepare, spark, t.output)
         return dict(zip(writing, self.steps.concurrently(tasks)))
