@@ -216,9 +216,12 @@ def _txn_lookups(spark: SparkSession, ids: set[int]) -> int:
 
 
 def _queries(spark: SparkSession) -> int:
-    """SQL executions the session ran so far: the framework's own queries and those Delta plans
-    inside a command (a snapshot's state, the files a scan reads)."""
-    return spark._jsparkSession.sharedState().statusStore().executionsCount()
+    """The id of the session's last SQL execution: the framework's own queries and those Delta
+    plans inside a command (a snapshot's state, the files a scan reads) are numbered in order.
+    The id, not the status store's count, which stops growing at spark.sql.ui.retainedExecutions."""
+    store = spark._jsparkSession.sharedState().statusStore()
+    last = store.executionsList(max(0, store.executionsCount() - 1), 1)
+    return last.apply(0).executionId() if last.size() else 0
 
 
 def _job_seconds(spark: SparkSession, ids: set[int]) -> dict[str, float]:

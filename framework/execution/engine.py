@@ -130,13 +130,15 @@ def _time_windows(b: Batch, w: TimeWindows) -> Effect:
 
 def _new_windows(b: Batch, w: TimeWindows, windows: DataFrame) -> DataFrame:
     """Of the batch's ``windows``, those not in state before: looked up in the buckets that
-    can hold a window of the batch's event times, a literal range Delta prunes the state's
-    partitions by (counting every open window would read all state)."""
+    can hold a window of the batch's event times still open before it (a late record's do
+    not widen the range), a literal range Delta prunes the state's partitions by (counting
+    every open window would read all state)."""
     if b.state is None or b.event_times is None:
         return windows
     first, last = b.event_times
     offset = w.close_offset_ms()  # a window of event time ts closes in (ts - size + offset, ts + offset]
-    low, high = (first - w.size_ms + offset) // b.bucket_ms, (last + offset) // b.bucket_ms
+    earliest = max(first - w.size_ms + offset, b.time_before + 1)  # a window the batch updates closes later
+    low, high = earliest // b.bucket_ms, (last + offset) // b.bucket_ms
     near = b.state.filter(F.col(BUCKET).between(F.lit(low), F.lit(high))).select(*windows.columns)
     return windows.join(near, windows.columns, "left_anti")
 
