@@ -73,9 +73,9 @@ def buffer_stats(changes: DataFrame) -> DataFrame:
     )
 
 
-def collected_stats(row: dict | None) -> dict:
+def collected_stats(row: dict) -> dict:
     """``buffer_stats``'s row as a dict of ints (an empty buffer's nulls as 0)."""
-    return {k: int((row or {}).get(k) or 0) for k in BUFFER_STATS}
+    return {k: int(row.get(k) or 0) for k in BUFFER_STATS}
 
 
 @dataclass(kw_only=True)

@@ -161,9 +161,10 @@ def _count(df: DataFrame) -> DataFrame:
 
 
 def tallied(frames: dict[str, DataFrame]) -> dict[str, dict]:
-    """Collect one-row frames (by name) in one query: their rows as dicts (a null value left
-    out). A batch's counts are one Spark job, not one query each: most of a small batch's cost
-    is per query (analysis, planning, scheduling), not per row."""
+    """Collect one-row frames (by name) in one query: their rows as dicts, every column of the
+    frame a key (a null as None, which ``to_json`` leaves out). A batch's counts are one Spark
+    job, not one query each: most of a small batch's cost is per query (analysis, planning,
+    scheduling), not per row."""
     tagged = [
         df.select(F.lit(name).alias("_name"), F.to_json(F.struct(*df.columns)).alias("_row"))
         for name, df in frames.items()
