@@ -435,7 +435,7 @@ class Soak:
     # the verdict
     def tables(self, rt: Runtime, p) -> dict:
         found = snapshot(rt, p)
-        ledger = rt.ledger(p).filter("status = 'committed'")
+        ledger = rt.read_ledger(p).filter("status = 'committed'")
         found["ledger"] = sorted(
             map(
                 str,

@@ -29,7 +29,7 @@ def _ran_hours_like_one_batch(spark, root, hours):
 
     pipeline = load_job(str(ROOT / "jobs" / "user_alerts.py")).PIPELINE
     airflow = Runtime(spark, str(root / "warehouse"))
-    ledger = airflow.ledger(pipeline).filter("status = 'committed'").orderBy("seq").collect()
+    ledger = airflow.read_ledger(pipeline).filter("status = 'committed'").orderBy("seq").collect()
     assert [r.batch_id for r in ledger] == [f"2026-01-01T0{h}:00:00" for h in range(hours)]
 
     landing = spark.read.format("delta").load(str(root / "landing" / "user_events"))

@@ -29,7 +29,7 @@ def pipeline(name):
 
 
 def assert_nothing_committed(rt, p):
-    assert rt.ledger(p).count() == 0
+    assert rt.read_ledger(p).count() == 0
 
 
 @pytest.mark.parametrize(
@@ -135,7 +135,7 @@ def test_extra_columns_of_map_array_and_struct_type_are_accepted_and_change_noth
     assert rt.run_batch(p, "b0", same).status == "already committed"
     with pytest.raises(FingerprintMismatchError, match=r"'extra_complex'.*'b0'"):
         rt.run_batch(p, "b0", _with_complex_columns(plain, [("x", 1), ("y", 3)]))
-    assert rt.ledger(p).filter("status = 'committed'").count() == 1
+    assert rt.read_ledger(p).filter("status = 'committed'").count() == 1
     assert results(rt, p) == _closed_window(n=2, total=3)
 
 
@@ -153,7 +153,7 @@ def test_retyped_column_is_schema_drift(spark, warehouse):
     retyped = frame(spark, [("A", 2, 1)], 1).withColumn("v", F.col("v").cast("double"))
     with pytest.raises(InputError, match=r"'drift'.*'b1'.*column 'v' was bigint.*double now"):
         rt.run_batch(p, "b1", retyped)
-    assert rt.ledger(p).filter("batch_id = 'b1'").count() == 0
+    assert rt.read_ledger(p).filter("batch_id = 'b1'").count() == 0
 
 
 def test_a_corrupt_state_table_stops_the_batch_with_an_error_naming_it(spark, warehouse):

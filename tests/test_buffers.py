@@ -38,7 +38,7 @@ def test_shut_down_when_full_aborts_the_batch_and_a_larger_bound_continues(spark
     batch = frame(spark, [("B", 2, 1), ("C", 3, 1)], 1)  # three windows held at once
     with pytest.raises(BufferFullError, match=r"'bounded'.*'b1'.*alerts.*3 windows.*max_records=1"):
         rt.run_batch(tight, "b1", batch)
-    assert rt.ledger(tight).filter("status = 'committed'").count() == 1
+    assert rt.read_ledger(tight).filter("status = 'committed'").count() == 1
     roomy = pipeline(BufferConfig.max_records(3).shut_down_when_full())
     assert rt.run_batch(roomy, "b1", batch).status == "committed"
     rt.run_batch(roomy, "b2", frame(spark, [("A", 10, 1)], 3))

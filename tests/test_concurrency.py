@@ -113,4 +113,4 @@ def race(spark, lake: str, clean_lake: str, gate: Path, env: dict[str, str] | No
     for name, batch in OWN.values():  # a clean run of these is the reference model's (test_examples)
         assert results(shared, pipeline(name)) == expected(ref.run(ref.Tumbling(10, 2), [batch]), ["b0"]), name
     for name in (RACED[0], *(n for n, _ in OWN.values())):  # the loser of the race committed nothing
-        assert [r.status for r in shared.ledger(pipeline(name)).collect()] == ["committed"], name
+        assert [r.status for r in shared.read_ledger(pipeline(name)).collect()] == ["committed"], name

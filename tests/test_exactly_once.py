@@ -135,7 +135,7 @@ def test_rerun_of_a_committed_batch_is_a_reported_noop(spark, warehouse):
     again = run(rt, p, 1)
     assert again.status == "already committed" and again.seq == 2
     assert results(rt, p) == before
-    assert rt.ledger(p).filter("status = 'committed'").count() == 2
+    assert rt.read_ledger(p).filter("status = 'committed'").count() == 2
 
 
 def test_ledger_rows_a_runtime_knows_are_not_trusted_for_a_ledger_created_again(spark, warehouse):
@@ -166,7 +166,7 @@ def test_a_runtime_learns_the_fence_from_the_ledger_rows(spark, warehouse):
     ids, jobs = set(sc.statusTracker().getJobIdsForGroup("fence")), spark._jsc.sc().statusStore().jobsList(None)
     names = [j.name() for j in (jobs.apply(i) for i in range(jobs.size())) if j.jobId() in ids]
     assert names and not [n for n in names if n.startswith("transactions")], names
-    assert [(r.seq, r.fence) for r in fresh.ledger(p).orderBy("seq").collect()] == [(1, 1), (2, 2)]
+    assert [(r.seq, r.fence) for r in fresh.read_ledger(p).orderBy("seq").collect()] == [(1, 1), (2, 2)]
 
 
 def test_batches_must_run_in_order(spark, warehouse):
@@ -226,7 +226,7 @@ def test_two_runners_of_one_batch_at_once_commit_it_once(spark, warehouse):
     outcomes = sorted(in_parallel([runner, runner]))
     assert outcomes == ["committed", "refused"]
     rt = Runtime(spark, warehouse, quality=False)
-    ledger = rt.ledger(p).filter("status = 'committed'")
+    ledger = rt.read_ledger(p).filter("status = 'committed'")
     assert sorted(r.seq for r in ledger.collect()) == [1, 2]
 
     clean = pipeline("calm")

@@ -35,11 +35,11 @@ def test_a_skipped_interval_is_refused_and_running_it_first_gives_the_unskipped_
     message = str(refused.value)
     assert "pipeline 'intervals', batch 'b2': the interval [" in message and "was never run" in message
     assert f"finalresults backfill <job> --from {HOURS[1].isoformat()} --to {HOURS[2].isoformat()}" in message
-    assert [r.batch_id for r in rt.ledger(p).collect()] == ["b0"]  # nothing written
+    assert [r.batch_id for r in rt.read_ledger(p).collect()] == ["b0"]  # nothing written
     assert _run(rt, p, 1).status == "committed"  # the command the error names: the missing interval
     assert _run(rt, p, 2).status == "committed"
     assert results(rt, p) == results(clean, p)
-    recorded = {r.batch_id: (r.interval_start, r.interval_end) for r in rt.ledger(p).collect()}
+    recorded = {r.batch_id: (r.interval_start, r.interval_end) for r in rt.read_ledger(p).collect()}
     assert recorded["b1"] == (10, 20)
 
 

@@ -52,7 +52,7 @@ def _clean(spark, tmp_path_factory, p, batches=BATCHES):
 
 
 def _committed(rt, p):
-    return [(r.seq, r.batch_id) for r in rt.ledger(p).filter("status = 'committed'").orderBy("seq").collect()]
+    return [(r.seq, r.batch_id) for r in rt.read_ledger(p).filter("status = 'committed'").orderBy("seq").collect()]
 
 
 class _Paused:

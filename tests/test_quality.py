@@ -190,7 +190,7 @@ def test_run_batch_publishes_nothing_when_a_critical_expectation_fails_and_rerun
     with pytest.raises(QualityGateError, match=r"expect_column_values_to_be_between.*n"):
         Runtime(spark, warehouse, expectations=str(strict)).run_batch(p, "b0", batch)
     rt = Runtime(spark, warehouse, expectations=str(fixed))
-    assert rt.ledger(p).filter("status = 'committed'").count() == 0
+    assert rt.read_ledger(p).filter("status = 'committed'").count() == 0
     assert not os.path.exists(rt.tables(p).output) and not os.path.exists(rt.tables(p).state)
     assert rt.run_batch(p, "b0", batch).status == "committed"
     assert [(r.k, r.n) for r in rt.read_output(p).collect()] == [("A", 2)]

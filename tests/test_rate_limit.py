@@ -307,7 +307,7 @@ def test_shut_down_when_full_aborts_the_batch_and_a_larger_bound_continues(spark
     batch = frame(spark, [("B", 1, "x"), ("C", 2, "y"), ("A", 3, "z")], 1, STRING)
     with pytest.raises(BufferFullError, match=r"'strict'.*'b1'.*rate would hold 3 entries \(3 bytes\).*max_records=2"):
         rt.run_batch(tight, "b1", batch)
-    assert rt.ledger(tight).filter("status = 'committed'").count() == 1
+    assert rt.read_ledger(tight).filter("status = 'committed'").count() == 1
     assert spark.read.format("delta").load(f"{warehouse}/strict/buffer_rate").count() == 1
     roomy = pipeline("strict", 2, BufferConfig.max_records(3).shut_down_when_full())
     assert rt.run_batch(roomy, "b1", batch).status == "committed"

@@ -62,7 +62,7 @@ def rt(spark, template, tmp_path):
 def _committed(rt, p):
     return [
         (r.seq, r.batch_id, r.fingerprint, r.stream_time)
-        for r in rt.ledger(p).filter("status = 'committed'").orderBy("seq").collect()
+        for r in rt.read_ledger(p).filter("status = 'committed'").orderBy("seq").collect()
     ]
 
 
@@ -73,7 +73,7 @@ def test_replaying_the_same_range_twice_changes_nothing(rt):
         result = rt.replay(p, _batches(rt.spark, 1))
         assert (result.first, result.last, [b.seq for b in result.batches]) == ("b0001", "b0002", [2, 3])
         assert _tables(rt, p) == tables and _committed(rt, p) == committed
-    statuses = [r.status for r in rt.ledger(p).filter("seq >= 2").collect()]
+    statuses = [r.status for r in rt.read_ledger(p).filter("seq >= 2").collect()]
     assert sorted(statuses) == ["committed"] * 2 + ["replaced"] * 4
     again = rt.run_batch(p, "b0001", frame(rt.spark, BATCHES[1], _offset(1)))
     assert again.status == "already committed" and again.seq == 2
@@ -104,19 +104,19 @@ def test_a_replay_must_reach_the_last_committed_batch(rt, spark):
 def test_a_replay_whose_restore_point_was_vacuumed_fails_naming_it(rt, spark):
     p = pipeline("replay")
     path = rt.tables(p).state
-    needed = rt.ledger(p).filter("status = 'committed' AND batch_id = 'b0001'").first().state_version
+    needed = rt.read_ledger(p).filter("status = 'committed' AND batch_id = 'b0001'").first().state_version
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     try:
         DeltaTable.forPath(spark, path).vacuum(0)
     finally:
         spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
-    tables, ledger = snapshot(rt, p), rt.ledger(p).count()
+    tables, ledger = snapshot(rt, p), rt.read_ledger(p).count()
     with pytest.raises(ReplayError) as error:
         rt.replay(p, _batches(spark, 1))
     message = str(error.value)
     assert "pipeline 'replay', replay of 'b0001'..'b0002'" in message
     assert f"table '_state' version {needed}" in message and "removed (VACUUM)" in message
-    assert snapshot(rt, p) == tables and rt.ledger(p).count() == ledger
+    assert snapshot(rt, p) == tables and rt.read_ledger(p).count() == ledger
 
 
 def test_a_replay_that_dies_leaves_what_readers_see_unchanged(rt, spark):
@@ -124,7 +124,7 @@ def test_a_replay_that_dies_leaves_what_readers_see_unchanged(rt, spark):
     and the next ordinary batch runs from the committed state (the replay's in-place state
     writes are never read)."""
     p = pipeline("replay")
-    tables, ledger = snapshot(rt, p), rt.ledger(p).count()
+    tables, ledger = snapshot(rt, p), rt.read_ledger(p).count()
     outputs = []
 
     def hook(point):
@@ -138,7 +138,7 @@ def test_a_replay_that_dies_leaves_what_readers_see_unchanged(rt, spark):
         replaying.replay(p, _batches(spark, 1, [BATCHES[0], FIXED, BATCHES[2]]))
     assert {k: v for k, v in snapshot(rt, p).items() if k != "state"} == {
         k: v for k, v in tables.items() if k != "state"
-    } and rt.ledger(p).count() == ledger
+    } and rt.read_ledger(p).count() == ledger
     assert rt.run_batch(p, "b0003", frame(spark, [("A", 90, 9)], 100)).seq == 4
     assert rt.read_output(p).filter(F.col("emitted_batch_id") == "b0003").count() > 0
 

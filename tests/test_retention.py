@@ -101,7 +101,7 @@ def _rows(rt, p):
         sorted(map(tuple, rt.read_output(p).collect())),
         sorted(map(tuple, rt.read_late(p).collect())),
         sorted(map(tuple, rt.read_metrics(p).drop("batch_duration_ms").collect())),
-        sorted((r.seq, r.batch_id, r.status, r.stream_time) for r in rt.ledger(p).collect()),
+        sorted((r.seq, r.batch_id, r.status, r.stream_time) for r in rt.read_ledger(p).collect()),
     )
 
 

@@ -34,7 +34,7 @@ def seen(rt, p=P):
         "late": sorted(map(str, rt.read_late(p).collect())),
         "metrics": sorted(map(str, rt.read_metrics(p).drop("batch_duration_ms").collect())),
         "committed": [
-            (r.seq, r.batch_id) for r in rt.ledger(p).filter("status = 'committed'").orderBy("seq").collect()
+            (r.seq, r.batch_id) for r in rt.read_ledger(p).filter("status = 'committed'").orderBy("seq").collect()
         ],
     }
 

@@ -28,7 +28,7 @@ class Batch:
     state: DataFrame | None  # window_state as of the last committed batch
     bucket_ms: int
     buffer: DataFrame | None = None  # until_time_limit: the suppression buffer as of the last committed batch
-    cache: Callable[[DataFrame], DataFrame] = lambda df: df  # keeps a frame the plan reads more than once
+    keep: Callable[[DataFrame], DataFrame] = lambda df: df  # checkpoints a frame read more than once (``Kept``)
     event_times: tuple[int, int] | None = None  # the first and last event time of the records (ms)
 
     @property

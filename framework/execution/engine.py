@@ -47,7 +47,7 @@ from . import fold
 from .batch import Batch, Effect, finished, merges, partial_names, partials
 from .streamtime import NO_TIME
 
-__all__ = ["NO_TIME", "Batch", "Effect", "assign", "needs_order", "plan"]
+__all__ = ["NO_TIME", "Batch", "Effect", "assign", "effect_of", "needs_order"]
 
 NEVER = 2**62  # close time of a plain (non-windowed) table's rows: they never close
 
@@ -74,7 +74,7 @@ def needs_order(p: Pipeline) -> bool:
     return p.lateness == "record" or ordered or p.rate_limited or in_order
 
 
-def plan(b: Batch) -> Effect:
+def effect_of(b: Batch) -> Effect:
     """The effect of batch ``b`` for its pipeline's window type."""
     w = b.pipeline.windows
     return _plain_table(b) if w is None else PLANS[w.kind](b, w)
@@ -88,7 +88,7 @@ def _time_windows(b: Batch, w: TimeWindows) -> Effect:
     p = b.pipeline
     ident = [*p.keys, "window_start"]
     assigned = assign(b.records, w)
-    batch_partials = b.cache(
+    batch_partials = b.keep(
         assigned.withColumn("window_start", F.explode(OPEN_STARTS))
         .groupBy(*ident)
         .agg(*partials(p), F.max(TS).alias(MAX_TS))
@@ -261,10 +261,10 @@ def _sessions(b: Batch, w: SessionWindows) -> Effect:
         .withColumnRenamed("_end", "window_end")
         .withColumn(CLOSE, w.close(F.col("window_end")))
     )
-    merged = b.cache(merged.withColumn(BUCKET, _bucket(b)).select(*state_cols))
+    merged = b.keep(merged.withColumn(BUCKET, _bucket(b)).select(*state_cols))
     gone = old.join(merged.select(*keys, "window_start"), [*keys, "window_start"], "left_anti")
     closing = stored.filter(F.col(CLOSE) <= b.time_after).join(touched_keys, keys, "left_anti")
-    changes = b.cache(  # read by the results, the closed and open windows and the state's MERGE
+    changes = b.keep(  # read by the results, the closed and open windows and the state's MERGE
         merged.withColumn(GONE, F.lit(False))
         .unionByName(gone.withColumn(GONE, F.lit(True)))
         .unionByName(closing.withColumn(GONE, F.lit(False)))
@@ -357,7 +357,7 @@ def _sliding(b: Batch, w: SlidingWindows) -> Effect:
         old.select(*keys, F.col("window_start").alias("_base"), *partial_names(p)), [*keys, "_base"]
     ).select(*ident, *partial_names(p))
     # read by the state changes, the results, the open windows and the counts: computed once
-    changed = b.cache(
+    changed = b.keep(
         holding.groupBy(*ident)
         .agg(*partials(p))
         .unionByName(bases)

@@ -118,7 +118,9 @@ def limit(b: Batch, effect: Effect) -> Effect:
     kept = _with_values(changes.filter(f"{WHAT} = 'keep'"), ups, stored, ident, values).select(
         *carried, BUFFER_TIME, SIZE, ENTRY_KEY, *values
     )
-    return replace(effect, results=emitted, limited=Limited(emitted, kept, _sized(emits, changes, stored)))
+    return replace(
+        effect, results=emitted, limited=Limited(emissions=emitted, buffer=kept, changes=_sized(emits, changes, stored))
+    )
 
 
 def held_until_close(b: Batch, effect: Effect) -> DataFrame:

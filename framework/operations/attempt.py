@@ -44,7 +44,7 @@ from ..execution.streamtime import to_datetime, to_epoch_millis
 from ..storage import entries, files, ledger, metrics, sinks, state, tables, upgrade, writes
 from ..storage.ledger import LedgerRow, Status
 from .planning import Kept, Plan, batch_metrics, definition, plan
-from .publication import finish, mark
+from .publication import Manifest, finish, mark
 from .settings import Settings
 from .steps import Steps
 
@@ -93,7 +93,7 @@ class BatchAttempt:
         self.s, self.p, self.batch_id, self.t, self.ledgers = s, p, batch_id, t, ledgers
         self.steps = Steps(s.spark, f"pipeline {p.name!r}, batch {batch_id!r}")
         self.attempt = uuid.uuid4().hex
-        self.seen: tuple[str, int, int] | None = None  # the ledger's (id, version, fence) as read
+        self.seen: ledger.Head | None = None  # the ledger as read
         self.rows: list[LedgerRow] = []  # its rows then
         self.last: LedgerRow | None = None  # the last committed batch
         self.seq = 0  # this batch's, once the ledger is read
@@ -148,7 +148,9 @@ class BatchAttempt:
         try:
             self.steps.step = "reading state and planning"
             assert self.seen is not None  # read in step 1
-            planned = plan(self.s, self.steps, self.p, self.t, self.seq, inp, self.last, self.seen[1], batch_end, kept)
+            planned = plan(
+                self.s, self.steps, self.p, self.t, self.seq, inp, self.last, self.seen.version, batch_end, kept
+            )
             rows_out = sinks.shape(self.p, planned.effect.results, self.batch_id, planned.stream_time)
             self._audit(planned, rows_out)
             written = self._write(planned, rows_out, kept)
@@ -369,8 +371,8 @@ class BatchAttempt:
     ) -> LedgerRow:
         """Mark what to publish, then commit the state change, the ledger row and the late
         records in one commit: the commit point."""
-        staged = [name for name in ("output",) if name in written]
-        mark(self.s.spark, self.staging, {"replay": False, "staged": staged, "schemas": self.schemas})
+        staged = tuple(name for name in ("output",) if name in written)
+        mark(self.s.spark, self.staging, Manifest(staged, self.schemas))
         assert self.seen is not None  # read in step 1
         late = self._late_records(planned.effect.late, input_df) if planned.counts.get("late_records") else None
         last, sta = self.last, planned.stream_time
@@ -383,7 +385,7 @@ class BatchAttempt:
             records_in=inp.count,
             stream_time_before=last.stream_time if last else None,
             stream_time=sta,
-            state_version=self.seen[1] if self.seen[1] >= 0 else None,
+            state_version=self.seen.version if self.seen.exists else None,
             input_schema=inp.schema_json,
             definition=definition(self.p),
             at=dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
@@ -394,7 +396,7 @@ class BatchAttempt:
             late_schema=late.schema.simpleString() if late is not None else None,
             interval_start=to_epoch_millis(self.interval[0]) if self.interval and self.interval[0] else None,
             interval_end=to_epoch_millis(self.interval[1]) if self.interval and self.interval[1] else None,
-            fence=self.seen[2] + 1,  # what ``ledger.commit_point`` commits with
+            fence=self.seen.next_fence,  # what ``ledger.commit_point`` commits with
         )
         bookkeeping = ledger.to_frame(self.s.spark, [commit])
         if late is not None:

@@ -112,10 +112,10 @@ def plan(
         state=held,
         bucket_ms=s.bucket_ms,
         buffer=buffer(),
-        cache=kept,
+        keep=kept,
         event_times=(inp.min_ts, inp.max_ts) if inp.min_ts is not None and inp.max_ts is not None else None,
     )
-    effect = engine.plan(batch)
+    effect = engine.effect_of(batch)
     if p.rate_limited:
         effect = ratelimit.limit(batch, effect)
     open_before = last.windows_open if last else 0

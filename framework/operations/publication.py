@@ -12,9 +12,10 @@ records need no publication: they are part of the commit point, ``state.commit``
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -52,11 +53,45 @@ class Staged(tables.Tables):
         return os.path.join(self.folder, "_staging")
 
 
-def mark(spark: SparkSession, folder: str, spec: dict) -> None:
+@dataclass(frozen=True)
+class ReplayedRange:
+    """A replay's part of a ``Manifest``: the range it replaces in the sink, and its commit
+    point's fence, which makes its publication once (Delta transaction id ``REPLAYS``)."""
+
+    first_batch_id: str
+    last_batch_id: str
+    output_base: int | None  # a sink without suppression: its version before the range
+    fence: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a staging folder publishes once its attempt committed, written there (as
+    ``PUBLICATION``) before the commit point: the names of the staged tables, the schemas of a
+    batch's staged Parquet rows by name (manifests of earlier versions have none: publication
+    reads the files' own), and for a replay its range. Stored flat, as earlier versions wrote it."""
+
+    staged: tuple[str, ...]
+    schemas: dict[str, str] = field(default_factory=dict)
+    replay: ReplayedRange | None = None
+
+    def to_json(self) -> str:
+        flat = {"replay": self.replay is not None, "staged": list(self.staged), "schemas": self.schemas}
+        return json.dumps({**flat, **(dataclasses.asdict(self.replay) if self.replay else {})})
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        flat = json.loads(text)
+        replay = None
+        if flat["replay"]:
+            replay = ReplayedRange(*(flat[f.name] for f in dataclasses.fields(ReplayedRange)))
+        return cls(tuple(flat["staged"]), flat.get("schemas", {}), replay)
+
+
+def mark(spark: SparkSession, folder: str, manifest: Manifest) -> None:
     """Before an attempt's commit point, say in its staging ``folder`` what to publish once it
-    committed: ``staged``, the names of the staged tables, ``schemas`` (of a batch's staged
-    Parquet rows, by name), and for a replay its range."""
-    files.put_text(spark, f"{folder}/{PUBLICATION}", json.dumps(spec))
+    committed."""
+    files.put_text(spark, f"{folder}/{PUBLICATION}", manifest.to_json())
 
 
 def finish(steps: Steps, p: Pipeline, t: tables.Tables, last: LedgerRow | None) -> list[str]:
@@ -69,33 +104,34 @@ def finish(steps: Steps, p: Pipeline, t: tables.Tables, last: LedgerRow | None) 
     for name in files.list_names(spark, t.staging):
         seq, _, attempt = name.partition("-")
         folder = f"{t.staging}/{name}"
-        spec = None
+        manifest = None
         if last is not None and attempt == last.attempt:
-            spec = json.loads(files.get_text(spark, f"{folder}/{PUBLICATION}") or "null")
-            if spec is not None and all(files.is_staged(spark, f"{folder}/{s}") for s in spec["staged"]):
+            text = files.get_text(spark, f"{folder}/{PUBLICATION}")
+            manifest = Manifest.from_json(text) if text else None
+            if manifest is not None and all(files.is_staged(spark, f"{folder}/{s}") for s in manifest.staged):
                 # a commit of another writer (OPTIMIZE, table properties) or of another publisher
                 # of this batch may land meanwhile: publishing again skips what landed
-                writes.retried(lambda: _publish(steps, p, t, folder, last, spec))
+                writes.retried(lambda: _publish(steps, p, t, folder, last, manifest))
         elif last is None or not seq.isdigit() or int(seq) > last.seq:
             left.append(name)
             continue
-        for staged in (spec or {}).get("staged", []):
+        for staged in manifest.staged if manifest else ():
             files.remove(spark, f"{folder}/{staged}")
         files.remove(spark, folder)
     return left
 
 
-def _publish(steps: Steps, p: Pipeline, t: tables.Tables, folder: str, last: LedgerRow, spec: dict) -> None:
+def _publish(steps: Steps, p: Pipeline, t: tables.Tables, folder: str, last: LedgerRow, manifest: Manifest) -> None:
     """Publish a committed attempt's staged rows once (Delta skips a repeat)."""
     spark, tag = steps.spark, f"{writes.TAG}{p.name}.publish@{last.seq}:{last.attempt}"
-    if spec["replay"]:
-        publish_range(spark, p, t, folder, spec, tag)
+    if manifest.replay is not None:
+        publish_range(spark, p, t, folder, manifest, tag)
         return
-    if "output" in spec["staged"]:
+    if "output" in manifest.staged:
         steps.step = "publishing results"
         sinks.publish(
             p,
-            files.read_staged(spark, f"{folder}/output", spec.get("schemas", {}).get("output")),
+            files.read_staged(spark, f"{folder}/output", manifest.schemas.get("output")),
             t.output,
             last.seq,
             tag,
@@ -103,18 +139,22 @@ def _publish(steps: Steps, p: Pipeline, t: tables.Tables, folder: str, last: Led
         )
 
 
-def publish_range(spark: SparkSession, p: Pipeline, t: tables.Tables, folder: str, spec: dict, tag: str) -> None:
+def publish_range(
+    spark: SparkSession, p: Pipeline, t: tables.Tables, folder: str, manifest: Manifest, tag: str
+) -> None:
     """Publish a committed replay's staged rows in one commit, skipped if this replay's
     publication landed already (Delta transaction id ``REPLAYS``, version = the replay's
     ledger fence): publishing again, or late beside another publisher, changes nothing."""
+    replay = manifest.replay
+    assert replay is not None  # a replay's manifest
     staged = Staged.of(t, p, folder)
-    once = {"txnAppId": REPLAYS, "txnVersion": str(spec["fence"])}
-    sink = tables.read(spark, staged.output) if "output" in spec["staged"] else None
+    once = {"txnAppId": REPLAYS, "txnVersion": str(replay.fence)}
+    sink = tables.read(spark, staged.output) if "output" in manifest.staged else None
     if p.suppression is not None:
-        first, last = _sql_string(spec["first_batch_id"]), _sql_string(spec["last_batch_id"])
+        first, last = _sql_string(replay.first_batch_id), _sql_string(replay.last_batch_id)
         _replace(spark, sink, t.output, f"emitted_batch_id BETWEEN {first} AND {last}", tag, once)
     elif sink is not None:
-        sinks.replace_all(p, sink, t.output, spec["output_base"], tag, once)
+        sinks.replace_all(p, sink, t.output, replay.output_base, tag, once)
 
 
 def _replace(spark: SparkSession, rows: DataFrame | None, target: str, where: str, tag: str, once: dict) -> None:

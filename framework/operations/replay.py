@@ -48,7 +48,7 @@ from ..errors import ConcurrentBatchError, ReplayError, first_line
 from ..storage import files, ledger, state, tables, upgrade, writes
 from ..storage.ledger import LedgerRow, Status
 from .attempt import BatchAttempt, BatchResult
-from .publication import Staged, finish, mark
+from .publication import Manifest, ReplayedRange, Staged, finish, mark
 from .settings import Settings
 from .steps import Steps
 
@@ -295,23 +295,14 @@ def _emitted_since(spark: SparkSession, p: Pipeline, t: tables.Tables, first_bat
 
 
 def _mark(
-    spark: SparkSession, staged: Staged, first: LedgerRow, last: LedgerRow, base: int | None, seen: tuple[str, int, int]
+    spark: SparkSession, staged: Staged, first: LedgerRow, last: LedgerRow, base: int | None, seen: ledger.Head
 ) -> None:
     """What to publish once the replay committed (``publication.publish_range``)."""
-    names = ["output"] if tables.exists(spark, staged.output) else []
+    names = ("output",) if tables.exists(spark, staged.output) else ()
     mark(
         spark,
         staged.folder,
-        {
-            "replay": True,
-            "staged": names,
-            "first_seq": first.seq,
-            "first_batch_id": first.batch_id,
-            "last_seq": last.seq,
-            "last_batch_id": last.batch_id,
-            "output_base": base,
-            "fence": seen[2] + 1,
-        },
+        Manifest(names, replay=ReplayedRange(first.batch_id, last.batch_id, base, seen.next_fence)),
     )
 
 
@@ -320,7 +311,7 @@ def _commit(
     where: str,
     t: tables.Tables,
     staged: Staged,
-    seen: tuple[str, int, int],
+    seen: ledger.Head,
     first: LedgerRow,
     last: LedgerRow,
     attempt: str,
@@ -330,7 +321,7 @@ def _commit(
     pipeline's, the range's ledger rows become 'replaced' and the replayed batches' rows
     (under the replay's attempt, which names its staging folder) and late records are added.
     Fenced like a batch's; returns the new last committed row."""
-    old = [r for r in ledger.rows_at(spark, t.state, seen[1]) if r.seq >= first.seq]
+    old = [r for r in ledger.rows_at(spark, t.state, seen.version) if r.seq >= first.seq]
     replaced = [
         dataclasses.replace(r, status=Status.REPLACED.value)
         if r.status == Status.COMMITTED and r.seq <= last.seq
@@ -344,7 +335,7 @@ def _commit(
             attempt=attempt,
             output_base=first.output_base if r.seq == first.seq else None,
             state_version=first.state_version if r.seq == first.seq else None,
-            fence=seen[2] + 1,  # what ``ledger.commit_point`` commits with (the staged fences mean nothing here)
+            fence=seen.next_fence,  # what ``ledger.commit_point`` commits with (the staged fences mean nothing here)
         )
         for r in ledger.committed_rows(ledger.rows_at(spark, staged.state, _version(spark, staged.state)))
         if r.seq >= first.seq

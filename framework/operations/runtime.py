@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import warnings
 from typing import Callable, Iterable
 
 from py4j.protocol import Py4JJavaError
@@ -92,7 +93,10 @@ class Runtime:
         rows = bookkeeping.read_ledger(self.spark, self.tables(p).root)
         return rows if rows is not None else self.spark.createDataFrame([], ledger.LEDGER_SCHEMA)
 
-    ledger = read_ledger  # the name earlier versions gave it
+    def ledger(self, p: Pipeline) -> DataFrame:
+        """Deprecated: ``read_ledger`` (the name of earlier versions, beside the ``ledger`` module)."""
+        warnings.warn("Runtime.ledger is deprecated: use Runtime.read_ledger", DeprecationWarning, stacklevel=2)
+        return self.read_ledger(p)
 
     def committed_batch(self, p: Pipeline, batch_id: str) -> BatchResult | None:
         """What batch ``batch_id`` of ``p`` did, as its ledger row records it; None until it commits."""

@@ -146,15 +146,34 @@ def last_committed_of(ledger: DataFrame, batch_id: str | None = None) -> LedgerR
     return LedgerRow.of(last[0]) if last else None
 
 
-def ledger_head(spark: SparkSession, path: str) -> tuple[str, int, int]:
-    """The ledger's id, current version and *fence*: the last transaction version a batch or
-    replay committed with (``commit_point``), 0 before the first, from one snapshot."""
+@dataclass(frozen=True)
+class Head:
+    """The ``_state`` table as an attempt read it: its Delta table id, version, and *fence*, the
+    last transaction version a batch or replay committed with (``commit_point``); 0 before the
+    first. The commit point of whoever read this head commits with ``next_fence``."""
+
+    table_id: str
+    version: int
+    fence: int
+
+    @property
+    def exists(self) -> bool:
+        return self.version >= 0
+
+    @property
+    def next_fence(self) -> int:
+        """The transaction version the next commit point made from this head commits with."""
+        return self.fence + 1
+
+
+NO_LEDGER = Head("", -1, 0)  # what ``Ledgers.read`` sees before the table exists
+
+
+def ledger_head(spark: SparkSession, path: str) -> Head:
+    """The ledger's ``Head`` from one snapshot (Delta rebuilds its state to answer the fence)."""
     with tables.snapshot(spark, path) as current:
         recorded = current.transactions().get(LEDGER_APP)
-        return current.metadata().id(), current.version(), int(recorded.get()) if recorded.isDefined() else 0
-
-
-NO_LEDGER = ("", -1, 0)  # what ``Ledgers.read`` sees before the table exists: no id, version, fence
+        return Head(current.metadata().id(), current.version(), int(recorded.get()) if recorded.isDefined() else 0)
 
 
 def fence_of(rows: list[LedgerRow]) -> int | None:
@@ -169,16 +188,16 @@ def fence_of(rows: list[LedgerRow]) -> int | None:
     return max((r.fence for r in rows if r.fence is not None), default=None)
 
 
-def read_at(spark: SparkSession, path: str, current: tuple[str, int]) -> tuple[tuple[str, int, int], list[LedgerRow]]:
-    """The (id, version, fence) and ledger rows of the ``_state`` table at ``path``, whose id and
-    version are ``current``: the fence from the rows (``fence_of``), or from Delta when no row
-    records one (then as of the version Delta's snapshot is at, and the rows too)."""
+def read_at(spark: SparkSession, path: str, current: tuple[str, int]) -> tuple[Head, list[LedgerRow]]:
+    """The ``Head`` and ledger rows of the ``_state`` table at ``path``, whose id and version are
+    ``current``: the fence from the rows (``fence_of``), or from Delta when no row records one
+    (then as of the version Delta's snapshot is at, and the rows too)."""
     rows = rows_at(spark, path, current[1])
     fence = fence_of(rows)
     if fence is not None:
-        return (*current, fence), rows
-    seen = ledger_head(spark, path)
-    return seen, rows if seen[1] == current[1] else rows_at(spark, path, seen[1])
+        return Head(*current, fence), rows
+    head = ledger_head(spark, path)
+    return head, rows if head.version == current[1] else rows_at(spark, path, head.version)
 
 
 class Ledgers:
@@ -187,16 +206,16 @@ class Ledgers:
 
     def __init__(self, spark: SparkSession):
         self.spark = spark
-        self._known: dict[str, tuple[tuple[str, int, int], list[LedgerRow]]] = {}
+        self._known: dict[str, tuple[Head, list[LedgerRow]]] = {}
 
-    def read(self, path: str) -> tuple[tuple[str, int, int], list[LedgerRow]]:
-        """The ``_state`` table's (id, version, fence) and ledger rows; ``NO_LEDGER`` and no
-        rows before the table exists."""
+    def read(self, path: str) -> tuple[Head, list[LedgerRow]]:
+        """The ``_state`` table's ``Head`` and ledger rows; ``NO_LEDGER`` and no rows before the
+        table exists."""
         current = tables.head(self.spark, path)
         if current is None:
             return NO_LEDGER, []
         known = self._known.get(path)
-        if known is not None and known[0][:2] == current:
+        if known is not None and (known[0].table_id, known[0].version) == current:
             return known
         self._known[path] = read_at(self.spark, path, current)
         return self._known[path]
@@ -210,15 +229,13 @@ class Ledgers:
         with_late = [r for r in known[1] if r.late_schema]
         return lambda: max(with_late, key=lambda r: r.seq).late_schema if with_late else None
 
-    def appended(self, path: str, seen: tuple[str, int, int], rows: list[LedgerRow], row: LedgerRow, made: int) -> None:
+    def appended(self, path: str, seen: Head, rows: list[LedgerRow], row: LedgerRow, made: int) -> None:
         """Remember that commit ``made`` appended ``row`` to the ledger read as ``seen``, ``rows``."""
-        if made == seen[1] + 1 and seen[0]:  # nothing came between: the rows known are current
-            self._known[path] = ((seen[0], made, seen[2] + 1), [*rows, row])
+        if made == seen.version + 1 and seen.table_id:  # nothing came between: the rows known are current
+            self._known[path] = (Head(seen.table_id, made, seen.next_fence), [*rows, row])
 
 
-def commit_point(
-    spark: SparkSession, path: str, seen: tuple[str, int, int], tag: str, commit: Callable[[int], None]
-) -> int | None:
+def commit_point(spark: SparkSession, path: str, seen: Head, tag: str, commit: Callable[[int], None]) -> int | None:
     """The commit point of a batch or a replay: run ``commit(txn_version)`` (one commit to the
     ``_state`` table at ``path`` tagged ``tag``, made with transaction id ``LEDGER_APP`` and
     ``txn_version``, the fence read + 1) and return the version it made, or None if it is
@@ -232,14 +249,14 @@ def commit_point(
     made again, ``RETRIES`` times in all; one that lost to a moved fence is fenced out."""
     for tries_left in reversed(range(RETRIES)):
         try:
-            commit(seen[2] + 1)
+            commit(seen.next_fence)
             break
         except Exception as e:
             if not lost_race(e):
                 raise
             current = tables.head(spark, path)
-            if current is None or read_at(spark, path, current)[0][2] != seen[2]:
+            if current is None or read_at(spark, path, current)[0].fence != seen.fence:
                 return None
             if not tries_left:
                 raise
-    return version_of(history_since(spark, path, seen[1]), tag)
+    return version_of(history_since(spark, path, seen.version), tag)
