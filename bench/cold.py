@@ -40,6 +40,7 @@ import vs_streaming as vs  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 from framework import spark_session  # noqa: E402
+from framework.orchestration.jobs import start_importing_quality  # noqa: E402
 from framework.storage import jars  # noqa: E402
 
 MARK = "cold-bench-seconds-after-start="  # printed by a worker: its time after the session started
@@ -50,9 +51,11 @@ RUNNERS = {"A": "a", "A+": "a_gate", "B": "b"}
 def worker(runner: str, work: Path, batch: int) -> None:
     """One batch of ``runner`` (``a``, ``a_gate`` or ``b``) inside spark-submit."""
     started = time.monotonic()
+    gate = runner == "a_gate"
+    if gate:  # as a DAG's job does (``cli.job_main``)
+        start_importing_quality()
     spark = spark_session(f"cold-{runner}", conf={"spark.sql.streaming.stateStore.providerClass": vs.ROCKSDB})
     ready = time.monotonic()
-    gate = runner == "a_gate"
     r = vs.Runners(spark, work, vs.WORKLOADS["tumbling"], quality=gate, a=runner)  # over the persistent work dir
     path = work / "in" / f"batch-{batch:04d}.parquet"
     if runner == "b":

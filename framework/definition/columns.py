@@ -20,7 +20,7 @@ Per record, while a batch is planned:
                     those still open for it; ``N_STARTS``, ``N_OPEN_STARTS`` their sizes
 - ``TOUCH``         rate limiting: the row is an update of its entry (not only a part of its value)
 
-Per window in ``window_state`` (and in the rows a batch plans):
+Per window in ``_state``'s window rows (and in the rows a batch plans):
 
 - ``CLOSE``         the window's close time (``Windows.close``: the end plus what the window type adds)
 - ``BUCKET``        ``CLOSE // bucket``: the partition, so closing reads only due buckets

@@ -25,7 +25,7 @@ class Batch:
     records: DataFrame
     stream_time_before: int | None
     stream_time: int | None
-    state: DataFrame | None  # window_state as of the last committed batch
+    state: DataFrame | None  # the window rows of ``_state`` as of the last committed batch
     bucket_ms: int
     buffer: DataFrame | None = None  # until_time_limit: the suppression buffer as of the last committed batch
     keep: Callable[[DataFrame], DataFrame] = lambda df: df  # checkpoints a frame read more than once (``Kept``)
@@ -82,11 +82,12 @@ def collected_stats(row: dict) -> dict:
 class Effect:
     """A batch's effect: state rows to upsert/delete, results, late records, counters."""
 
-    state_changes: DataFrame | None  # window_state rows + ``GONE``, MERGEd: closed/gone rows deleted
+    state_changes: DataFrame | None  # window rows + ``GONE``, MERGEd into ``_state``: closed/gone rows deleted
     state_rewrite: tuple[DataFrame, str] | None  # or: rows written replacing the state matching a predicate
     results: DataFrame  # keys, window bounds (ms), finished aggregates, ``GONE``
     late: DataFrame  # records that landed in no window
     closed: DataFrame  # the windows that closed in this batch
+    results_are_closed: bool = False  # each result row is a window that closed (final results of time windows)
     counted: DataFrame  # per-record frame the counters aggregate over
     counters: dict[str, Column]  # aggregate expressions over ``counted`` for metrics
     open_windows: DataFrame  # windows (or keys) held in state after the batch

@@ -65,6 +65,27 @@ def _lateness(b: Batch) -> dict[str, Column]:
     return {"record_lateness_avg": F.avg(late_by).cast("double"), "record_lateness_max": F.max(late_by).cast("double")}
 
 
+def _counters(b: Batch, dropped: Column, late: Column) -> dict[str, Column]:
+    """A windowed plan's counters over its per-record frame: the windows each record was too
+    late for (Kafka's drop metric counts each), the records too late for every window, lateness."""
+    return {
+        "late_record_drop_total": F.sum(dropped),
+        "late_records": F.sum(F.when(late, 1).otherwise(0)),
+        **_lateness(b),
+    }
+
+
+def _one_record_windows(b: Batch, w: SessionWindows | SlidingWindows, recs: DataFrame) -> DataFrame:
+    """A window per key and event time holding its records: the stored windows' shape, which
+    reading them (``_stored``, ``_open_state``) takes."""
+    return (
+        recs.groupBy(*b.pipeline.keys, F.col(TS).alias("window_start"), F.col(TS).alias("window_end"))
+        .agg(*partials(b.pipeline), F.max(TS).alias(MAX_TS))
+        .withColumn(CLOSE, w.close(F.col("window_end")))
+        .withColumn(BUCKET, _bucket(b))
+    )
+
+
 def needs_order(p: Pipeline) -> bool:
     """Whether a plan needs each record's arrival position and the stream time just before it
     (a scan over the batch in arrival order): per-record lateness, sessions, sliding windows,
@@ -107,11 +128,7 @@ def _time_windows(b: Batch, w: TimeWindows) -> Effect:
         touched = batch_partials.select(*ident)
         results = _merge_windows(p, stored.join(touched, ident, "left_semi").unionByName(batch_partials), ident)
     results = results.select(*p.keys, "window_start", "window_end", *finished(p), F.lit(False).alias(GONE))
-    counters = {
-        "late_record_drop_total": F.sum(F.col(N_STARTS) - F.col(N_OPEN_STARTS)),
-        "late_records": F.sum(F.when(F.col(N_OPEN_STARTS) == 0, 1).otherwise(0)),
-        **_lateness(b),
-    }
+    counters = _counters(b, F.col(N_STARTS) - F.col(N_OPEN_STARTS), F.col(N_OPEN_STARTS) == 0)
     still_open = stored.filter(~due).unionByName(batch_partials.filter(~due)).select(*ident).distinct()
     closed = results if p.suppressed_final else rows.filter(due).select(*ident).distinct()
 
@@ -121,6 +138,7 @@ def _time_windows(b: Batch, w: TimeWindows) -> Effect:
         results=results,
         late=assigned.filter(F.col(N_OPEN_STARTS) == 0),
         closed=closed,
+        results_are_closed=p.suppressed_final,
         counted=assigned,
         counters=counters,
         open_windows=still_open,
@@ -226,13 +244,7 @@ def _results(b: Batch, changes: DataFrame, touched: DataFrame) -> DataFrame:
 def _sessions(b: Batch, w: SessionWindows) -> Effect:
     p = b.pipeline
     keys = list(p.keys)
-    shape = (
-        b.records.groupBy(*keys, F.col(TS).alias("window_start"), F.col(TS).alias("window_end"))
-        .agg(*partials(p), F.max(TS).alias(MAX_TS))
-        .withColumn(CLOSE, w.close(F.col("window_end")))
-        .withColumn(BUCKET, _bucket(b))
-    )
-    stored = _open_state(b, shape)
+    stored = _open_state(b, _one_record_windows(b, w, b.records))
     state_cols = stored.columns
     touched_keys = b.records.select(*keys).distinct()
     old = stored.join(touched_keys, keys, "left_semi")
@@ -271,8 +283,8 @@ def _sessions(b: Batch, w: SessionWindows) -> Effect:
     )
     landed = assigned.filter(f"_member = {fold.RECORD}").select(*keys, "_id", F.lit(True).alias("_landed"))
     counted = recs.join(landed, [*keys, "_id"], "left")
-    n_late = F.sum(F.when(F.col("_landed").isNull(), 1).otherwise(0))
-    counters = {"late_record_drop_total": n_late, "late_records": n_late, **_lateness(b)}
+    late = F.col("_landed").isNull()
+    counters = _counters(b, F.when(late, 1).otherwise(0), late)
     ident = [*keys, "window_start"]
     kept_as_is = stored.join(changes.select(*ident), ident, "left_anti").filter(F.col(CLOSE) > b.time_after)
     still_open = kept_as_is.select(*ident).unionByName(
@@ -282,7 +294,7 @@ def _sessions(b: Batch, w: SessionWindows) -> Effect:
         state_changes=changes,
         state_rewrite=None,
         results=_results(b, changes, merged),
-        late=counted.filter(F.col("_landed").isNull()),
+        late=counted.filter(late),
         closed=changes.filter(~F.col(GONE) & (F.col(CLOSE) <= b.time_after)),
         counted=counted,
         counters=counters,
@@ -339,13 +351,7 @@ def _sliding(b: Batch, w: SlidingWindows) -> Effect:
     keys = list(p.keys)
     ident = [*keys, "window_start"]
     recs = b.records.withColumn(POS, F.col(ARRIVAL_POS))
-    shape = (
-        recs.groupBy(*keys, F.col(TS).alias("window_start"), F.col(TS).alias("window_end"))
-        .agg(*partials(p), F.max(TS).alias(MAX_TS))
-        .withColumn(CLOSE, w.close(F.col("window_end")))
-        .withColumn(BUCKET, _bucket(b))
-    )
-    stored = _stored(b, shape)
+    stored = _stored(b, _one_record_windows(b, w, recs))
     old = stored.join(recs.select(*keys).distinct(), keys, "left_semi")
     held = old.select(*keys, F.col("window_start").alias(fold.ID), F.col(MAX_TS).alias(fold.A), F.lit(0).alias(fold.B))
     folded = fold.run(held, recs, keys, partial(fold.Sliding, w))
@@ -383,11 +389,7 @@ def _sliding(b: Batch, w: SlidingWindows) -> Effect:
     drops = folded.filter(out == fold.LANDING).select(*keys, F.col("_id").alias(POS), F.col("_n").alias("_drops"))
     counted = recs.join(drops, [*keys, POS], "left").join(updated, [*keys, POS], "left")
     late = F.col("_landed").isNull()
-    counters = {
-        "late_record_drop_total": F.sum("_drops"),
-        "late_records": F.sum(F.when(late, 1).otherwise(0)),
-        **_lateness(b),
-    }
+    counters = _counters(b, F.col("_drops"), late)
     copies = folded.filter(out == fold.COPY).select(*keys, start, F.col("_id").alias(POS))
     updates = _sliding_updates(p, w, holding, copies.join(recs, [*keys, POS]), changed_at, old)
     return Effect(

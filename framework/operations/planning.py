@@ -94,14 +94,6 @@ def plan(
     stb = last.stream_time if last else None
     records, sta = _with_stream_time(s, p, seq, inp, stb, batch_end)
 
-    def buffer() -> DataFrame | None:
-        """The buffer's rows as of the recorded version, read from the current version when
-        only maintenance landed since (its files may be compacted and VACUUMed away)."""
-        version, path = last.version("buffer") if last else None, state.buffer_path(t, p)
-        if version is None or path is None:
-            return None
-        return tables.read(s.spark, path, writes.same_rows(s.spark, path, version))
-
     held = state.windows(s.spark, t.state, read_version)
     batch = engine.Batch(
         pipeline=p,
@@ -111,7 +103,7 @@ def plan(
         stream_time=sta,
         state=held,
         bucket_ms=s.bucket_ms,
-        buffer=buffer(),
+        buffer=_buffer(s, p, t, last),
         keep=kept,
         event_times=(inp.min_ts, inp.max_ts) if inp.min_ts is not None and inp.max_ts is not None else None,
     )
@@ -120,10 +112,9 @@ def plan(
         effect = ratelimit.limit(batch, effect)
     open_before = last.windows_open if last else 0
 
-    closed_is_results = effect.closed is effect.results  # time windows' final results: the closed windows
     results = kept(effect.results)  # for the counts, the audit and the staging write
-    effect = replace(effect, results=results, closed=results if closed_is_results else effect.closed)
-    same = closed_is_results and not p.steps  # every closed window is a sink row
+    effect = replace(effect, results=results, closed=results if effect.results_are_closed else effect.closed)
+    same = effect.results_are_closed and not p.steps  # every closed window is a sink row
     frames = {
         "counters": effect.counted.agg(*[v.alias(k) for k, v in effect.counters.items()]),
         "closed": _count(effect.closed),
@@ -154,6 +145,15 @@ def plan(
         windows_open=open_now,
         buffered=buffered if effect.limited is not None else None,
     )
+
+
+def _buffer(s: Settings, p: Pipeline, t: tables.Tables, last: LedgerRow | None) -> DataFrame | None:
+    """The buffer's rows as of the last committed batch, read from the current version when only
+    maintenance landed since (its files may be compacted and VACUUMed away)."""
+    version, path = last.version("buffer") if last else None, state.buffer_path(t, p)
+    if version is None or path is None:
+        return None
+    return tables.read(s.spark, path, writes.same_rows(s.spark, path, version))
 
 
 def _count(df: DataFrame) -> DataFrame:

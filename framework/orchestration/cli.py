@@ -44,6 +44,7 @@ from .jobs import (
     replay_intervals,
     replay_summary,
     run_interval,
+    start_importing_quality,
     summary,
 )
 
@@ -582,6 +583,7 @@ def job_main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> i
     validation's verdict is the gate's to report), 1 on error, as ``finalresults run`` does."""
     args = job_parser(f"spark-submit {Path(sys.argv[0]).name}").parse_args(sys.argv[1:] if argv is None else argv)
     spark = None
+    start_importing_quality()  # the batch's audit and the table's validation need it
     try:
         start = parse_time(args.start, args.start_flag)
         end = parse_time(args.end, args.end_flag) if args.end else None

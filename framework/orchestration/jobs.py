@@ -19,6 +19,7 @@ import importlib.util
 import os
 import re
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Callable
@@ -137,6 +138,17 @@ def intervals(start: dt.datetime, stop: dt.datetime, every: dt.timedelta) -> lis
         )
     count = (stop - start) // every
     return [(start + i * every, start + (i + 1) * every) for i in range(count)]
+
+
+def start_importing_quality() -> None:
+    """Import the quality module (Great Expectations: about 5 s on a quiet machine, the largest
+    part of the gate's cost in a fresh process) in a thread. A job's main thread spends those
+    seconds waiting on the JVM (the session, the batch's queries); the audit's import then finds
+    the module loaded, or waits for it. Not a daemon: the process ends after the import does (a
+    thread cut off mid-import at interpreter shutdown can abort it)."""
+    threading.Thread(
+        target=importlib.import_module, args=("..operations.quality", __package__), name="importing-quality"
+    ).start()
 
 
 def check_interval(pipeline: Pipeline, start: dt.datetime, end: dt.datetime) -> None:
