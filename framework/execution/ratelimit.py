@@ -119,7 +119,10 @@ def limit(b: Batch, effect: Effect) -> Effect:
         *carried, BUFFER_TIME, SIZE, ENTRY_KEY, *values
     )
     return replace(
-        effect, results=emitted, limited=Limited(emissions=emitted, buffer=kept, changes=_sized(emits, changes, stored))
+        effect,
+        results=emitted,
+        results_are_closed=False,  # what the buffer emits, not the windows that closed
+        limited=Limited(emissions=emitted, buffer=kept, changes=_sized(emits, changes, stored)),
     )
 
 

@@ -583,7 +583,6 @@ def job_main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> i
     validation's verdict is the gate's to report), 1 on error, as ``finalresults run`` does."""
     args = job_parser(f"spark-submit {Path(sys.argv[0]).name}").parse_args(sys.argv[1:] if argv is None else argv)
     spark = None
-    start_importing_quality()  # the batch's audit and the table's validation need it
     try:
         start = parse_time(args.start, args.start_flag)
         end = parse_time(args.end, args.end_flag) if args.end else None
@@ -593,6 +592,7 @@ def job_main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> i
         ran: BatchResult | ReplayResult
         if args.replay:
             every = parse_duration(args.every or "")
+            start_importing_quality()  # the replayed batches' audits and the table's validation need it
             spark = spark_session(f"finalresults-{pipeline.name}-replay", metastore=args.metastore)
             ran = replay_intervals(spark, pipeline, table, start, end, every, args.warehouse, args.landing)
             print(replay_summary(ran))
@@ -600,6 +600,7 @@ def job_main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> i
             raise JobError(f"{args.end_flag} is required (unless --replay)")
         else:
             check_interval(pipeline, start, end)
+            start_importing_quality()  # the batch's audit and the table's validation need it
             spark = spark_session(f"finalresults-{pipeline.name}", metastore=args.metastore)
             ran = _one_batch(spark, pipeline, table, start, end, args, sys.argv[0])
             print(summary(ran))

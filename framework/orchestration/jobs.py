@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
+import logging
 import os
 import re
 import sys
@@ -144,11 +145,20 @@ def start_importing_quality() -> None:
     """Import the quality module (Great Expectations: about 5 s on a quiet machine, the largest
     part of the gate's cost in a fresh process) in a thread. A job's main thread spends those
     seconds waiting on the JVM (the session, the batch's queries); the audit's import then finds
-    the module loaded, or waits for it. Not a daemon: the process ends after the import does (a
-    thread cut off mid-import at interpreter shutdown can abort it)."""
-    threading.Thread(
-        target=importlib.import_module, args=("..operations.quality", __package__), name="importing-quality"
-    ).start()
+    the module loaded, or waits for it. Call it once pyspark.sql is imported: the thread imports
+    pandas and numpy first, so that it and the main thread meet only on top-level packages (two
+    threads importing one package's submodules can each wait for the other's). Not a daemon: the
+    process ends after the import does (a thread cut off mid-import at interpreter shutdown can
+    abort it)."""
+    threading.Thread(target=_import_quality, name="importing-quality").start()
+
+
+def _import_quality() -> None:
+    try:
+        for name in ("numpy", "pandas", "..operations.quality"):
+            importlib.import_module(name, __package__)
+    except BaseException:  # the audit's own import raises it again, where it is reported
+        logging.getLogger(__name__).debug("importing the quality module ahead failed", exc_info=True)
 
 
 def check_interval(pipeline: Pipeline, start: dt.datetime, end: dt.datetime) -> None:
