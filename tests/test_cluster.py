@@ -6,6 +6,7 @@ warehouse are in a bucket of the S3 server the tests start (tests/s3server.py), 
 production: no worker shares the driver's disk."""
 
 import datetime as dt
+import http.client
 import json
 import os
 import socket
@@ -22,17 +23,25 @@ BIN = Path(sys.executable).parent
 START, END = dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 1, 2)  # one two-hour batch: one submission
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports: held open together, so that no two are the same (one picked
+    after another could be one a process has not bound yet: a worker's UI on the master's port)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _alive_workers(ui_port: int) -> int:
+    """Workers the master's UI reports alive; 0 while it does not answer with its JSON yet."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as r:
             return len([w for w in json.load(r)["workers"] if w["state"] == "ALIVE"])
-    except OSError:
+    except (OSError, ValueError, KeyError, http.client.HTTPException):  # not up, or a page not JSON yet
         return 0
 
 
@@ -46,7 +55,7 @@ def cluster(tmp_path):
         SPARK_WORKER_DIR=str(tmp_path / "work"),
         SPARK_LOG_DIR=str(tmp_path / "logs"),
     )
-    port, ui = _free_port(), _free_port()
+    port, ui, *worker_uis = _free_ports(4)
     log = open(tmp_path / "cluster.log", "w")
     spark_class = str(BIN / "spark-class")
     procs = [
@@ -80,13 +89,13 @@ def cluster(tmp_path):
                 "--memory",
                 "1g",
                 "--webui-port",
-                str(_free_port()),
+                str(worker_ui),
             ],
             env=env,
             stdout=log,
             stderr=log,
         )
-        for _ in range(2)
+        for worker_ui in worker_uis
     ]
     try:
         deadline = time.monotonic() + 180
@@ -110,6 +119,8 @@ def test_a_job_submitted_to_a_standalone_cluster_gives_the_final_rows_of_local_m
     from framework.orchestration.jobs import run_interval
     from framework.storage import jars
     from framework.storage import s3 as s3_support
+
+    sys.path.insert(0, str(ROOT))  # the job modules, as the other tests that submit one import them
     from jobs import sample_data, user_alerts
 
     landing = s3.url("landing")
