@@ -121,14 +121,18 @@ def run(
     keys: int,
     results: Path,
     names: tuple[str, ...] = tuple(RUNNERS),
+    hours_per_batch: int = 1,
 ) -> dict:
     """Generate the batches, submit the runners ``names`` (B among them) one after another batch
     by batch, compare their final rows (read with ``spark``, which the submits do not use), and
-    write ``cold.json`` and ``cold.md`` under ``results``."""
+    write ``cold.json`` and ``cold.md`` under ``results``. A batch spans ``hours_per_batch`` of
+    event time: with more than one, a batch closes its own first windows (a one-batch smoke run
+    has final rows to compare)."""
     work = Path(tempfile.mkdtemp(prefix="bench-cold-"))
     try:
         (work / "in").mkdir()
-        vs.generate(work / "in", events_per_batch * batches, keys, batches, 0.05, 0.005, 1)
+        span = batches * hours_per_batch * vs.HOUR
+        vs.generate(work / "in", events_per_batch * batches, keys, batches, 0.05, 0.005, 1, span)
         runs: dict[str, dict[str, list[float]]] = {n: {"wall": [], "after_start": []} for n in names}
         for i in range(batches):
             for name in names:
