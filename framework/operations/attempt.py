@@ -21,7 +21,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
-from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -41,7 +40,7 @@ from ..errors import (
 )
 from ..execution.sources import BatchInput, check_drift, read_batch, rejected_records
 from ..execution.streamtime import to_datetime, to_epoch_millis
-from ..storage import entries, files, ledger, metrics, sinks, state, tables, upgrade, writes
+from ..storage import classic, entries, files, ledger, metrics, sinks, state, tables, upgrade, writes
 from ..storage.ledger import LedgerRow, Status
 from .planning import Kept, Plan, batch_metrics, definition, plan
 from .publication import Manifest, finish, mark
@@ -120,7 +119,7 @@ class BatchAttempt:
         self.allow_gap = allow_gap
         try:
             return self._run(input_df, batch_end)
-        except (Py4JJavaError, PySparkException) as e:
+        except (classic.JavaError, PySparkException) as e:
             where, step = self.steps.where, self.steps.step
             if self.committed:
                 raise self._unpublished(f"failed while {step}: {first_line(e)}") from e

@@ -23,7 +23,7 @@ from ..execution import engine, ratelimit
 from ..execution.batch import collected_stats
 from ..execution.sources import BatchInput
 from ..execution.streamtime import arrival_order, at_batch_start, to_datetime, to_epoch_millis, with_stream_time
-from ..storage import sinks, state, tables, writes
+from ..storage import classic, sinks, state, tables, writes
 from ..storage.ledger import LedgerRow
 from .settings import Settings
 from .steps import Steps
@@ -66,8 +66,7 @@ class Kept:
 
     def release(self) -> None:
         """Drops the checkpoints' blocks now, not when the JVM's garbage collector finds them."""
-        for df in self.frames:
-            df._jdf.queryExecution().analyzed().rdd().unpersist(False)
+        classic.release(self.frames)
 
 
 def definition(p: Pipeline) -> str:

@@ -37,7 +37,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -45,7 +44,7 @@ from pyspark.sql import functions as F
 from ..definition.columns import BUCKET, LEDGER_BUCKET, SEQ
 from ..definition.pipeline import Pipeline
 from ..errors import ConcurrentBatchError, ReplayError, first_line
-from ..storage import files, ledger, state, tables, upgrade, writes
+from ..storage import classic, files, ledger, state, tables, upgrade, writes
 from ..storage.ledger import LedgerRow, Status
 from .attempt import BatchAttempt, BatchResult
 from .publication import Manifest, ReplayedRange, Staged, finish, mark
@@ -173,7 +172,7 @@ def _failure(where: str, e: BaseException) -> Exception | None:
             f"{where}: another batch or replay committed while this replay ran; this "
             "replay published nothing. Run it again over the range as it is now."
         )
-    if isinstance(e, (Py4JJavaError, PySparkException)):
+    if isinstance(e, (classic.JavaError, PySparkException)):
         return ReplayError(
             f"{where}: failed: {first_line(e)}. Nothing was published; fix the cause (see the "
             "chained Spark error) and run it again."
@@ -255,17 +254,14 @@ def _check_available(spark: SparkSession, where: str, name: str, path: str, vers
         return
     try:
         inputs = tables.read(spark, path, version).inputFiles()
-    except (Py4JJavaError, PySparkException) as e:
+    except (classic.JavaError, PySparkException) as e:
         raise ReplayError(
             f"{where}: table {name!r} version {version} ({path}), the state before the range, is no "
             f"longer available: {first_line(e)}. Nothing was written. Replay a later range, or "
             "keep delta.logRetentionDuration longer than the oldest range to replay."
         ) from None
-    jvm = spark._jvm
-    conf = spark._jsc.hadoopConfiguration()
     for f in inputs:
-        hadoop_path = jvm.org.apache.hadoop.fs.Path(f)
-        if not hadoop_path.getFileSystem(conf).exists(hadoop_path):
+        if not classic.file_exists(spark, f):
             raise ReplayError(
                 f"{where}: table {name!r} version {version} ({path}), the state before the range, is no longer "
                 f"available: its file {f} was removed (VACUUM). Nothing was written. Replay a later range, or "

@@ -13,13 +13,12 @@ import logging
 import warnings
 from typing import Callable, Iterable
 
-from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from ..definition.pipeline import Pipeline
 from ..errors import FrameworkError, first_line
-from ..storage import bookkeeping, compaction, ledger, locks, tables
+from ..storage import bookkeeping, classic, compaction, ledger, locks, tables
 from ..storage import catalog as tables_catalog
 from .attempt import BatchAttempt, BatchResult, result_of
 from .replay import ReplayBatch, ReplayResult, replay
@@ -113,7 +112,7 @@ class Runtime:
             t = self.tables(p)
             late = self._ledgers.late_schema(t.state)
             names = tables_catalog.register(self.spark, self.catalog, p, t, skip=self._registered, late_schema=late)
-        except (Py4JJavaError, PySparkException) as e:
+        except (classic.JavaError, PySparkException) as e:
             raise FrameworkError(
                 f"pipeline {p.name!r}: registering its tables in catalog schema {self.catalog!r} failed: "
                 f"{first_line(e)}. The batches are not affected: fix the catalog, then re-run the batch (a "
@@ -186,7 +185,7 @@ class Runtime:
         committed whatever happens here."""
         try:
             compaction.compact(self.spark, compaction.due(self.tables(p), seq))
-        except (Py4JJavaError, PySparkException) as e:
+        except (classic.JavaError, PySparkException) as e:
             log.warning(
                 "pipeline %r, batch %r: compacting the bookkeeping tables failed (the batch is committed; a later "
                 "batch compacts them): %s",

@@ -541,23 +541,24 @@ def _version() -> str:
 def _one_line(e: Exception) -> str:
     """What failed, in one line: a framework error's message, an OS error's reason and file, the
     first line of Spark's (a Java exception's class and message, without its stack)."""
-    from py4j.protocol import Py4JJavaError
+    from ..storage import classic
 
     if isinstance(e, OSError) and e.strerror:
         return f"{e.strerror}: {e.filename}" if e.filename else e.strerror
     if isinstance(e, FrameworkError):
         return " ".join(str(e).split())
-    message = str(e.java_exception) if isinstance(e, Py4JJavaError) else str(e)
+    message = classic.message(e)
     return message.strip().splitlines()[0] if message.strip() else type(e).__name__
 
 
 def _failed(e: Exception, verbose: bool) -> int:
     """The one error format of the command line and of a job's: ``finalresults: error: <one line>``
     on stderr and exit 1 for what a user can act on; a bug (or ``--verbose``) raises, with its traceback."""
-    from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 
-    if verbose or not isinstance(e, (FrameworkError, OSError, PySparkException, Py4JJavaError)):
+    from ..storage import classic
+
+    if verbose or not isinstance(e, (FrameworkError, OSError, PySparkException, classic.JavaError)):
         raise e
     print(f"finalresults: error: {_one_line(e)}", file=sys.stderr)
     return 1

@@ -26,7 +26,7 @@ from delta.tables import DeltaTable
 
 from ..definition.columns import BUCKET, ENTRY, LATE_BUCKET, LEDGER_BUCKET, REJECTED_BUCKET, SEQ
 from ..errors import FrameworkError
-from . import bookkeeping, entries, files, ledger, locks, metrics, tables
+from . import bookkeeping, classic, entries, ledger, locks, metrics, tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -145,8 +145,7 @@ def _absolute(spark: SparkSession, path: str) -> str:
     table relative to the JVM's working folder, so that is where the location must point."""
     if urlparse(path).scheme:
         return path
-    fs, qualified = files.fs_path(spark, path)
-    return fs.makeQualified(qualified).toUri().getPath()
+    return classic.qualified(spark, path)
 
 
 def _same_location(a: str, b: str) -> bool:

@@ -19,16 +19,14 @@ history is asked instead.
 
 from __future__ import annotations
 
-import json
 import posixpath
 from typing import NamedTuple
 from urllib.parse import unquote
 
-from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
-from . import locks
+from . import classic, locks
 
 
 class Commit(NamedTuple):
@@ -50,31 +48,19 @@ def commits_after(spark: SparkSession, path: str, version: int) -> list[Commit] 
     LogStore copies commit files into the log after the commit (``S3DynamoDBLogStore``)."""
     if _copied_after_commit(spark, path):
         return None
-    jvm = spark._jvm
-    assert jvm is not None  # a classic (not Spark Connect) session's
-    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    known = log.unsafeVolatileSnapshot()
-    if known.tableCommitCoordinatorClientOpt().isDefined() or known.isCatalogOwned():
+    actions_of = classic.commit_reader(spark, path)
+    if actions_of is None:
         return None
-    store, conf, folder = log.store(), log.newDeltaHadoopConf(), log.logPath()
-    missing = jvm.java.lang.Class.forName("java.io.FileNotFoundException")
 
     def read(v: int) -> Commit | None:
         """Commit ``v`` from its file's ``commitInfo`` (Delta writes it first), None if no file."""
-        try:
-            lines = store.readAsIterator(jvm.org.apache.hadoop.fs.Path(folder, f"{v:020d}.json"), conf)
-        except Py4JJavaError as e:
-            if missing.isInstance(e.java_exception):  # Hadoop's local FS says so for "permission denied" too
-                return None
-            raise
-        try:
-            while lines.hasNext():
-                info = json.loads(lines.next()).get("commitInfo")
-                if info is not None:
-                    return Commit(v, info.get("operation"), info.get("userMetadata"))
-            return Commit(v, None, None)  # no commitInfo: counted as changing rows, as Delta's history does
-        finally:
-            lines.close()
+        actions = actions_of(v)
+        if actions is None:
+            return None
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), None)
+        if info is None:  # no commitInfo: counted as changing rows, as Delta's history does
+            return Commit(v, None, None)
+        return Commit(v, info.get("operation"), info.get("userMetadata"))
 
     found: list[Commit] = []
     while len(found) <= MOST and (commit := read(version + 1 + len(found))) is not None:

@@ -9,19 +9,12 @@ from urllib.parse import urlparse
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from . import classic
 from .tables import exists, read
 
 # Object stores whose files appear whole when closed (one upload), never half-written; a rename
 # there is a copy and a delete, neither atomic nor needed. (ABFS shows a file from its creation.)
 OBJECT_STORES = ("s3a", "s3", "gs")
-
-
-def fs_path(spark: SparkSession, path: str):
-    """The Hadoop FileSystem and Path of ``path``, as Delta resolves it."""
-    jvm = spark._jvm
-    assert jvm is not None  # a classic (not Spark Connect) session's
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    return hadoop_path.getFileSystem(spark._jsc.hadoopConfiguration()), hadoop_path
 
 
 def put_text(spark: SparkSession, path: str, text: str) -> None:
@@ -30,38 +23,17 @@ def put_text(spark: SparkSession, path: str, text: str) -> None:
     id as ''). On an object store the file is written in place: it appears when it is closed,
     whole, replacing the old one in one step. Elsewhere it is written beside and renamed into
     place."""
-    fs, hadoop_path = fs_path(spark, path)
     if urlparse(path).scheme in OBJECT_STORES:
-        _write(fs, hadoop_path, text)
+        classic.write_file(spark, path, text)
         return
-    _, written = fs_path(spark, f"{path}.{uuid.uuid4().hex}.tmp")
-    _write(fs, written, text)
-    fs.delete(hadoop_path, False)
-    if not fs.rename(written, hadoop_path):
-        raise OSError(f"could not move {written} to {path}")
-
-
-def _write(fs, hadoop_path, text: str) -> None:
-    out = fs.create(hadoop_path, True)
-    try:
-        out.write(bytearray(text.encode("utf-8")))
-    finally:
-        out.close()
+    written = f"{path}.{uuid.uuid4().hex}.tmp"
+    classic.write_file(spark, written, text)
+    classic.move(spark, written, path)
 
 
 def get_text(spark: SparkSession, path: str) -> str | None:
     """A small file's text, or None if it does not exist."""
-    fs, hadoop_path = fs_path(spark, path)
-    if not fs.exists(hadoop_path):
-        return None
-    jvm = spark._jvm
-    assert jvm is not None
-    stream = jvm.java.io.InputStreamReader(fs.open(hadoop_path), "UTF-8")
-    reader = jvm.java.io.BufferedReader(stream)
-    try:
-        return "\n".join(iter(reader.readLine, None))
-    finally:
-        reader.close()
+    return classic.read_file(spark, path)
 
 
 def stage(df: DataFrame, path: str) -> None:
@@ -73,8 +45,7 @@ def stage(df: DataFrame, path: str) -> None:
 
 def is_staged(spark: SparkSession, path: str) -> bool:
     """Whether ``path`` holds staged rows: complete Parquet files or a Delta table (a replay's)."""
-    fs, hadoop_path = fs_path(spark, f"{path}/_SUCCESS")
-    return fs.exists(hadoop_path) or exists(spark, path)
+    return classic.file_exists(spark, f"{path}/_SUCCESS") or exists(spark, path)
 
 
 def read_staged(spark: SparkSession, path: str, schema: str | None = None) -> DataFrame:
@@ -89,13 +60,9 @@ def read_staged(spark: SparkSession, path: str, schema: str | None = None) -> Da
 
 def list_names(spark: SparkSession, path: str) -> list[str]:
     """Names of the entries of folder ``path`` (empty if it does not exist)."""
-    fs, hadoop_path = fs_path(spark, path)
-    if not fs.exists(hadoop_path):
-        return []
-    return [status.getPath().getName() for status in fs.listStatus(hadoop_path)]
+    return classic.list_names(spark, path)
 
 
 def remove(spark: SparkSession, path: str) -> None:
     """Delete a folder and what it holds, on whatever file system holds it."""
-    fs, hadoop_path = fs_path(spark, path)
-    fs.delete(hadoop_path, True)
+    classic.remove(spark, path)

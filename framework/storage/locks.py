@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 from pyspark.sql import SparkSession
 
 from ..errors import FrameworkError
+from . import classic
 
 LOCK_WAIT_S = 600.0  # how long a commit waits for another process's commit to the same table
 
@@ -119,13 +120,7 @@ def delta_logstore(spark: SparkSession, path: str) -> str:
     """The class of the LogStore Delta commits with at ``path``, as Delta picks it: from the
     SparkContext's conf (``LogStore(spark)``; the scheme's store when that is Delta's
     scheme-delegating default)."""
-    jvm = spark._jvm
-    store = getattr(getattr(jvm.org.apache.spark.sql.delta.storage, "LogStore$"), "MODULE$").apply(spark._jsparkSession)
-    if store.getClass().getSimpleName() == "DelegatingLogStore":
-        store = store.getDelegate(jvm.org.apache.hadoop.fs.Path(path))
-    if store.getClass().getSimpleName() == "LogStoreAdaptor":  # a LogStore of io.delta.storage (Java)
-        store = store.logStoreImpl()
-    return store.getClass().getName()
+    return classic.delta_logstore(spark, path)
 
 
 def committing(path: str) -> AbstractContextManager:

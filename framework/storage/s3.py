@@ -68,12 +68,12 @@ def install() -> None:
     from delta import configure_spark_with_delta_pip
     from pyspark.sql import SparkSession
 
-    from . import jars
+    from . import classic, jars
 
     builder = SparkSession.builder.master("local[1]").appName("install").config("spark.ui.enabled", "false")
     spark = configure_spark_with_delta_pip(builder, extra_packages=packages()).getOrCreate()
     try:
-        resolved = spark.sparkContext.getConf().get("spark.jars", "")
+        resolved = classic.started_conf(spark, "spark.jars")
     finally:
         spark.stop()
     jars.record([jars.DELTA_PACKAGE, *packages()], resolved)

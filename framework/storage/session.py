@@ -13,7 +13,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from . import jars
+from . import classic, jars
 from . import s3 as s3_support
 
 DEFAULT_CONF = {
@@ -98,16 +98,13 @@ def spark_session(
         builder = configure_spark_with_delta_pip(builder, extra_packages=packages[1:])
     spark = builder.getOrCreate()
     if resolving:  # Ivy resolved them as this JVM started: record them
-        started = spark.sparkContext.getConf()
         # Beside jars given in spark.jars, Spark lists the ones Ivy added in spark.repl.local.jars only.
-        found = [started.get(key, "") for key in ("spark.jars", "spark.repl.local.jars")]
+        found = [classic.started_conf(spark, key) for key in ("spark.jars", "spark.repl.local.jars")]
         jars.record(packages, ",".join(j for j in found if j), given)
-    spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
-    jvm = spark.sparkContext._jvm
-    if metastore and jvm is not None:  # Derby's log goes beside its database, not into the working folder
-        jvm.java.lang.System.setProperty(
-            "derby.stream.error.file", os.path.join(os.path.abspath(metastore), "derby.log")
-        )
+    classic.quiet(spark, os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
+    if metastore:  # Derby's log goes beside its database, not into the working folder
+        derby_log = os.path.join(os.path.abspath(metastore), "derby.log")
+        classic.set_system_property(spark, "derby.stream.error.file", derby_log)
     return spark
 
 

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from delta.tables import DeltaTable
-from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from . import classic
 from .locks import committing, conf_guard
 
 CREATE_WAIT_S = 30.0  # how long a runner waits for another runner's creation of a table to land
@@ -97,28 +97,10 @@ def head(spark: SparkSession, path: str) -> tuple[str, int] | None:
 
 @contextmanager
 def snapshot(spark: SparkSession, path: str) -> Iterator[Any]:
-    """The table's current Delta snapshot (JVM object), or None if it does not exist yet, to use
-    inside the block, where ``spark`` is the calling JVM thread's active session. PySpark sets
-    that only in the thread that built the session, and a snapshot whose version has a
-    checkpoint reads it through a lazy provider that needs it: from a batch's worker thread,
-    the ledger read failed with ``DELTA_SPARK_SESSION_NOT_SET`` (batch 550 of
-    ``bench/retention.py``; under Airflow, any batch after a checkpointed ledger commit)."""
-    jvm = spark._jvm
-    assert jvm is not None  # a classic (not Spark Connect) session's
-    sessions = jvm.org.apache.spark.sql.SparkSession
-    before = sessions.getActiveSession()
-    sessions.setActiveSession(spark._jsparkSession)
-    try:
-        if not exists(spark, path):
-            yield None
-            return
-        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-        yield log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")())
-    finally:
-        if before.isDefined():
-            sessions.setActiveSession(before.get())
-        else:
-            sessions.clearActiveSession()
+    """The table's current Delta snapshot (JVM object: ``classic.delta_snapshot``), or None if it
+    does not exist yet, to use inside the block."""
+    with classic.delta_snapshot(spark, path) as current:
+        yield current
 
 
 def prepare(spark: SparkSession, path: str) -> None:
@@ -129,7 +111,7 @@ def prepare(spark: SparkSession, path: str) -> None:
         with snapshot(spark, path) as current:
             if current is not None:
                 current.transactions()
-    except Py4JJavaError:
+    except classic.JavaError:
         pass
 
 

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Callable, TypeVar
 
 from delta.exceptions import (  # the base classes: importing them converts no Java exception
     ConcurrentAppendException,
@@ -24,9 +24,9 @@ from delta.exceptions import (  # the base classes: importing them converts no J
     ProtocolChangedException,
 )
 from delta.tables import DeltaTable
-from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
+from . import classic
 from .commitlog import commits_after
 from .locks import committing, session_conf
 from .tables import latest_version, properties, read
@@ -183,27 +183,7 @@ def lost_race(error: BaseException) -> bool:
     ``JVM_CONFLICT``. Decided by class, never by message."""
     if isinstance(error, (Interleaved, *CONFLICTS)):
         return True
-    return isinstance(error, Py4JJavaError) and any(_is_conflict(t) for t in _causes(error.java_exception))
-
-
-def _causes(throwable: Any) -> Iterator[Any]:
-    """A Java throwable (a Py4J object) and its causes, outermost first."""
-    for _ in range(16):  # a cause chain is short; this bounds a cyclic one
-        if throwable is None:
-            return
-        yield throwable
-        throwable = throwable.getCause()
-
-
-def _is_conflict(throwable: Any) -> bool:
-    """Whether a Java throwable's class is ``JVM_CONFLICT`` or extends it (read by name: no
-    class is loaded)."""
-    cls = throwable.getClass()
-    while cls is not None:
-        if cls.getName() == JVM_CONFLICT:
-            return True
-        cls = cls.getSuperclass()
-    return False
+    return classic.raised_java(error, JVM_CONFLICT)
 
 
 def version_of(history: list, tag: str) -> int | None:

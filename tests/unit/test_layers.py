@@ -91,3 +91,18 @@ def test_no_import_cycles():
 
     for module in sorted(GRAPH):
         visit(module, [])
+
+
+CLASSIC = "framework.storage.classic"  # the one module that reaches into a classic session's JVM
+JVM_HANDLES = ("_jvm", "_jsc", "_jdf", "_jsparkSession", "sparkContext", "java_exception")
+
+
+@pytest.mark.parametrize("module", sorted(set(MODULES) - {CLASSIC}))
+def test_only_the_classic_module_reaches_into_the_jvm(module):
+    """A Spark Connect session has no JVM in the client's process (#40): every other module is
+    written against the DataFrame API both kinds of session share."""
+    tree = ast.parse(MODULES[module].read_text())
+    handles = sorted({n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in JVM_HANDLES})
+    assert not handles, f"{module} uses {handles}: put it in {CLASSIC}"
+    py4j = {i for i in _imports(MODULES[module]) if i.split(".")[0] == "py4j"}
+    assert not py4j, f"{module} imports {sorted(py4j)}: put it in {CLASSIC}"

@@ -1,0 +1,211 @@
+"""What only a classic Spark session can do: reach the JVM behind it through py4j.
+
+A classic session (``SparkSession.builder.master(...)``, ``spark-submit``) runs Spark in a JVM
+the Python process talks to; a Spark Connect session (``sc://host:port``) has no JVM in the
+client's process, only the DataFrame API, over gRPC, to a server. The framework is written
+against that shared API. Where the JVM answers much cheaper (a Delta snapshot without a Spark
+job, a small file without a write job, a commit file by name), the classic way is here, in this
+one module, and its callers ask ``is_classic`` first. No other module reaches into the JVM
+(``_jvm``, ``_jsc``, ``_jdf``, ``sparkContext``, py4j): ``tests/unit/test_layers.py`` checks.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import DataFrame, SparkSession
+
+JavaError = Py4JJavaError  # how a classic session raises what Spark has not converted
+
+
+def is_classic(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a classic session, with its JVM in reach (not Spark Connect)."""
+    return getattr(spark, "_jvm", None) is not None
+
+
+def _jvm(spark: SparkSession) -> Any:
+    jvm = getattr(spark, "_jvm", None)
+    assert jvm is not None, "a classic (not Spark Connect) session's"
+    return jvm
+
+
+# ---- the session -----------------------------------------------------------------------------
+def started_conf(spark: SparkSession, key: str) -> str:
+    """A setting of the conf the session's SparkContext started with ('' if unset)."""
+    return spark.sparkContext.getConf().get(key, "") or ""
+
+
+def quiet(spark: SparkSession, level: str) -> None:
+    """Set the JVM's log level."""
+    spark.sparkContext.setLogLevel(level)
+
+
+def set_system_property(spark: SparkSession, key: str, value: str) -> None:
+    _jvm(spark).java.lang.System.setProperty(key, value)
+
+
+def release(frames: list[DataFrame]) -> None:
+    """Drop the blocks of local checkpoints now, not when the JVM's garbage collector finds them."""
+    for df in frames:
+        df._jdf.queryExecution().analyzed().rdd().unpersist(False)
+
+
+# ---- files, through the Hadoop file system Delta uses ---------------------------------------
+def hadoop_path(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    """The Hadoop FileSystem and Path of ``path``, as Delta resolves it."""
+    located = _jvm(spark).org.apache.hadoop.fs.Path(path)
+    return located.getFileSystem(spark._jsc.hadoopConfiguration()), located
+
+
+def write_file(spark: SparkSession, path: str, text: str) -> None:
+    """Create (or overwrite) the file at ``path`` with ``text``."""
+    fs, located = hadoop_path(spark, path)
+    out = fs.create(located, True)
+    try:
+        out.write(bytearray(text.encode("utf-8")))
+    finally:
+        out.close()
+
+
+def move(spark: SparkSession, source: str, target: str) -> None:
+    """Replace ``target`` with the file at ``source``."""
+    fs, to = hadoop_path(spark, target)
+    _, written = hadoop_path(spark, source)
+    fs.delete(to, False)
+    if not fs.rename(written, to):
+        raise OSError(f"could not move {source} to {target}")
+
+
+def read_file(spark: SparkSession, path: str) -> str | None:
+    """A small file's text, or None if it does not exist."""
+    fs, located = hadoop_path(spark, path)
+    if not fs.exists(located):
+        return None
+    io = _jvm(spark).java.io
+    reader = io.BufferedReader(io.InputStreamReader(fs.open(located), "UTF-8"))
+    try:
+        return "\n".join(iter(reader.readLine, None))
+    finally:
+        reader.close()
+
+
+def file_exists(spark: SparkSession, path: str) -> bool:
+    fs, located = hadoop_path(spark, path)
+    return bool(fs.exists(located))
+
+
+def list_names(spark: SparkSession, path: str) -> list[str]:
+    """Names of the entries of folder ``path`` (empty if it does not exist)."""
+    fs, located = hadoop_path(spark, path)
+    if not fs.exists(located):
+        return []
+    return [status.getPath().getName() for status in fs.listStatus(located)]
+
+
+def remove(spark: SparkSession, path: str) -> None:
+    """Delete a folder (or file) and what it holds."""
+    fs, located = hadoop_path(spark, path)
+    fs.delete(located, True)
+
+
+def qualified(spark: SparkSession, path: str) -> str:
+    """``path`` made absolute the way Hadoop resolves it (against the JVM's working folder)."""
+    fs, located = hadoop_path(spark, path)
+    return fs.makeQualified(located).toUri().getPath()
+
+
+# ---- Delta's log -------------------------------------------------------------------------------
+@contextmanager
+def delta_snapshot(spark: SparkSession, path: str) -> Iterator[Any]:
+    """The current Delta snapshot (JVM object) of the table at ``path``, None if there is no table
+    there yet, to use inside the block, where ``spark`` is the calling JVM thread's active session. PySpark sets
+    that only in the thread that built the session, and a snapshot whose version has a
+    checkpoint reads it through a lazy provider that needs it: from a batch's worker thread,
+    the ledger read failed with ``DELTA_SPARK_SESSION_NOT_SET`` (batch 550 of
+    ``bench/retention.py``; under Airflow, any batch after a checkpointed ledger commit)."""
+    jvm = _jvm(spark)
+    sessions = jvm.org.apache.spark.sql.SparkSession
+    before = sessions.getActiveSession()
+    sessions.setActiveSession(spark._jsparkSession)
+    try:
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+        current = log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")())
+        yield current if current.version() >= 0 else None
+    finally:
+        if before.isDefined():
+            sessions.setActiveSession(before.get())
+        else:
+            sessions.clearActiveSession()
+
+
+def commit_reader(spark: SparkSession, path: str) -> Callable[[int], list[dict] | None] | None:
+    """A function reading commit ``v`` of the table at ``path`` from its file in the log, through
+    the table's own LogStore: its actions, or None if there is no such file. None instead of the
+    function when the table's commits are coordinated or catalog-owned (a new version's file may
+    then sit elsewhere until it is backfilled)."""
+    jvm = _jvm(spark)
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    known = log.unsafeVolatileSnapshot()
+    if known.tableCommitCoordinatorClientOpt().isDefined() or known.isCatalogOwned():
+        return None
+    store, conf, folder = log.store(), log.newDeltaHadoopConf(), log.logPath()
+    missing = jvm.java.lang.Class.forName("java.io.FileNotFoundException")
+
+    def read(v: int) -> list[dict] | None:
+        try:
+            lines = store.readAsIterator(jvm.org.apache.hadoop.fs.Path(folder, f"{v:020d}.json"), conf)
+        except Py4JJavaError as e:
+            if missing.isInstance(e.java_exception):  # Hadoop's local FS says so for "permission denied" too
+                return None
+            raise
+        try:
+            actions = []
+            while lines.hasNext():
+                actions.append(json.loads(lines.next()))
+                if "commitInfo" in actions[-1]:  # Delta writes it first: the rest is not needed
+                    break
+            return actions
+        finally:
+            lines.close()
+
+    return read
+
+
+def delta_logstore(spark: SparkSession, path: str) -> str:
+    """The class of the LogStore Delta commits with at ``path``, as Delta picks it: from the
+    SparkContext's conf (``LogStore(spark)``; the scheme's store when that is Delta's
+    scheme-delegating default)."""
+    jvm = _jvm(spark)
+    store = getattr(getattr(jvm.org.apache.spark.sql.delta.storage, "LogStore$"), "MODULE$").apply(spark._jsparkSession)
+    if store.getClass().getSimpleName() == "DelegatingLogStore":
+        store = store.getDelegate(jvm.org.apache.hadoop.fs.Path(path))
+    if store.getClass().getSimpleName() == "LogStoreAdaptor":  # a LogStore of io.delta.storage (Java)
+        store = store.logStoreImpl()
+    return store.getClass().getName()
+
+
+# ---- errors --------------------------------------------------------------------------------------
+def raised_java(error: BaseException, class_name: str) -> bool:
+    """Whether ``error`` is a Py4JJavaError whose Java exception, or a cause of it, is of class
+    ``class_name`` or extends it (read by name: no class is loaded)."""
+    if not isinstance(error, Py4JJavaError):
+        return False
+    throwable = error.java_exception
+    for _ in range(16):  # a cause chain is short; this bounds a cyclic one
+        if throwable is None:
+            return False
+        cls = throwable.getClass()
+        while cls is not None:
+            if cls.getName() == class_name:
+                return True
+            cls = cls.getSuperclass()
+        throwable = throwable.getCause()
+    return False
+
+
+def message(error: BaseException) -> str:
+    """What ``error`` says: a Py4JJavaError's Java exception (class and message), not py4j's wrapper."""
+    return str(error.java_exception) if isinstance(error, Py4JJavaError) else str(error)
