@@ -32,6 +32,7 @@ SLOWEST_FIRST = (  # worker seconds per file, bench/README.md#the-suite-on-spark
     "test_upgrade.py",
     "test_cluster.py",
     "test_soak.py",
+    "test_connect.py",
     "test_catalog.py",
     "test_intervals.py",
 )

@@ -46,8 +46,15 @@ def spark_session(
     ui: bool = False,
     metastore: str | None = None,
     s3: bool | None = None,
+    remote: str | None = None,
 ) -> SparkSession:
     """A SparkSession with Delta Lake enabled.
+
+    ``remote`` (default: ``$SPARK_REMOTE``, as PySpark reads it), a Spark Connect URL
+    (``sc://host:port``), gives a Connect session of that server instead: the server has Delta's
+    extensions and catalog (docs/operations.md#spark-connect), this process starts no JVM, and
+    of the settings only the session's time zone and ``conf`` are sent (the server's own
+    settings size it).
 
     The master is ``master``, else ``$SPARK_MASTER``, else spark-submit's ``--master`` when run
     under spark-submit, else ``local[*]``; ``conf`` overrides any setting. The Spark UI is off
@@ -66,6 +73,9 @@ def spark_session(
     """
     from delta import configure_spark_with_delta_pip
 
+    url = remote or os.environ.get("SPARK_REMOTE")
+    if url:
+        return _connect(app_name, url, conf or {})
     # Python workers must run the interpreter that has pyarrow/pandas (this virtualenv).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -106,6 +116,18 @@ def spark_session(
         derby_log = os.path.join(os.path.abspath(metastore), "derby.log")
         classic.set_system_property(spark, "derby.stream.error.file", derby_log)
     return spark
+
+
+def _connect(app_name: str, url: str, conf: dict[str, str]) -> SparkSession:
+    """A Spark Connect session of the server at ``url``: windows are bounded in UTC, as in a
+    classic session; Delta's conflicts arrive as delta-spark's classes (``delta.connect.exceptions``
+    registers them with PySpark's conversion of the server's errors)."""
+    import delta.connect.exceptions  # noqa: F401  (registers Delta's exception classes)
+
+    builder = SparkSession.builder.remote(url).appName(app_name)
+    for key, value in {"spark.sql.session.timeZone": DEFAULT_CONF["spark.sql.session.timeZone"], **conf}.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def _metastore_conf(metastore: str | None) -> dict[str, str]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
@@ -76,7 +77,27 @@ class Tables:
 
 
 def exists(spark: SparkSession, path: str) -> bool:
-    return DeltaTable.isDeltaTable(spark, path)
+    """Whether a Delta table is at ``path``. Over Spark Connect, asked in SQL: delta-spark's
+    ``DeltaTable`` needs Delta's Connect plugin on the server, which Delta 4.4 does not publish
+    for Spark 4.2."""
+    if classic.is_classic(spark):
+        return DeltaTable.isDeltaTable(spark, path)
+    try:
+        return _detail(spark, path)["format"] == "delta"
+    except AnalysisException:
+        return False
+
+
+def _detail(spark: SparkSession, path: str) -> dict[str, Any]:
+    """``DESCRIBE DETAIL`` of the table at ``path``."""
+    row = spark.sql(f"DESCRIBE DETAIL delta.{as_table(path)}").first()
+    assert row is not None  # one row per table
+    return row.asDict()
+
+
+def as_table(path: str) -> str:
+    """A path as a SQL identifier (``delta.`<path>```)."""
+    return "`" + path.replace("`", "``") + "`"
 
 
 def read(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
@@ -91,6 +112,12 @@ def head(spark: SparkSession, path: str) -> tuple[str, int] | None:
     """The table's id (new when a table is created again at the same path) and current version,
     or None if it does not exist yet (reads the log's listing, no Spark job: ``DeltaLog.update``
     with its default arguments, called from Python)."""
+    if not classic.is_classic(spark):  # two SQL queries: the table's id, its last commit
+        if not exists(spark, path):
+            return None
+        last = spark.sql(f"DESCRIBE HISTORY delta.{as_table(path)} LIMIT 1").select("version").first()
+        assert last is not None  # a table has a commit
+        return _detail(spark, path)["id"], int(last[0])
     with snapshot(spark, path) as current:
         return None if current is None else (current.metadata().id(), current.version())
 

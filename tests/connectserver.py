@@ -1,0 +1,85 @@
+"""A Spark Connect server on 127.0.0.1 for the tests, started from the pyspark install (its
+``spark-submit`` and the ``spark-connect`` jar it ships) with Delta's jars, extensions and
+catalog, and stopped by them (its process group, whatever happens).
+
+A client of it (``spark_session(remote=server.url)``) starts no JVM of its own: what it runs,
+the server's JVM runs, on the same files as the tests' classic sessions.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from framework.storage import jars
+
+SPARK_SUBMIT = Path(sys.executable).with_name("spark-submit")
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+START_S = 180  # a JVM start on two shared cores
+
+
+@dataclass(frozen=True)
+class ConnectServer:
+    port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@contextmanager
+def connect_server(log: Path) -> Iterator[ConnectServer]:
+    """A Connect server with Delta, one task thread, two shuffle partitions (as the tests' own
+    sessions), its output in ``log``."""
+    port = _free_port()
+    packages, files = jars.for_submit(jars.DELTA_PACKAGE)
+    settings = {
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.ui.enabled": "false",
+    }
+    command = [str(SPARK_SUBMIT), "--class", SERVER_CLASS, "--master", "local[1]", "--name", "connect-tests"]
+    command += ["--jars", files] if files else ["--packages", str(packages)]
+    for key, value in settings.items():
+        command += ["--conf", f"{key}={value}"]
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    with open(log, "w") as out:
+        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + START_S
+        while not _listening(port):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the Connect server did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield ConnectServer(port, log)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
