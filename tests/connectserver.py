@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -77,7 +77,8 @@ def connect_server(log: Path) -> Iterator[ConnectServer]:
             time.sleep(0.5)
         yield ConnectServer(port, log)
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
+        with suppress(ProcessLookupError):  # it may have died already (its log says why)
+            os.killpg(server.pid, signal.SIGTERM)
         try:
             server.wait(30)
         except subprocess.TimeoutExpired:

@@ -18,6 +18,8 @@ from typing import Any, Callable, Iterator
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
+from ..errors import FrameworkError
+
 JavaError = Py4JJavaError  # how a classic session raises what Spark has not converted
 
 
@@ -28,7 +30,11 @@ def is_classic(spark: SparkSession) -> bool:
 
 def _jvm(spark: SparkSession) -> Any:
     jvm = getattr(spark, "_jvm", None)
-    assert jvm is not None, "a classic (not Spark Connect) session's"
+    if jvm is None:
+        raise FrameworkError(
+            "this needs a classic Spark session (its JVM): over Spark Connect the framework reads tables "
+            "only so far (docs/operations.md#spark-connect)"
+        )
     return jvm
 
 
@@ -131,9 +137,13 @@ def delta_snapshot(spark: SparkSession, path: str) -> Iterator[Any]:
     before = sessions.getActiveSession()
     sessions.setActiveSession(spark._jsparkSession)
     try:
+        # asked first, as delta-spark's DeltaTable.isDeltaTable asks: a DeltaLog made for a path
+        # without a table stays cached, and isDeltaTable would then miss a table created later
+        if not jvm.io.delta.tables.DeltaTable.isDeltaTable(spark._jsparkSession, path):
+            yield None
+            return
         log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-        current = log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")())
-        yield current if current.version() >= 0 else None
+        yield log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")())
     finally:
         if before.isDefined():
             sessions.setActiveSession(before.get())

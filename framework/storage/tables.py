@@ -26,12 +26,14 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
+from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
-from pyspark.errors import AnalysisException
+from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from ..errors import FrameworkError
 from . import classic
 from .locks import committing, conf_guard
 
@@ -82,17 +84,27 @@ def exists(spark: SparkSession, path: str) -> bool:
     for Spark 4.2."""
     if classic.is_classic(spark):
         return DeltaTable.isDeltaTable(spark, path)
+    return _detail(spark, path) is not None
+
+
+# What Delta answers, over Spark Connect, for a path with no table (some arrive as a generic
+# error: PySpark maps a server exception it does not know, such as Delta's FileNotFoundException,
+# to UnknownException, with the condition kept).
+NO_TABLE = ("PATH_NOT_FOUND", "DELTA_FILE_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE", "DELTA_PATH_DOES_NOT_EXIST")
+
+
+def _detail(spark: SparkSession, path: str) -> dict[str, Any] | None:
+    """``DESCRIBE DETAIL`` of the Delta table at ``path``, None if there is none. Over Connect the
+    server resolves a relative path against its own working folder: refused."""
+    if not urlparse(path).scheme and not os.path.isabs(path):
+        raise FrameworkError(f"{path!r}: over Spark Connect a warehouse path must be absolute (or a URL)")
     try:
-        return _detail(spark, path)["format"] == "delta"
-    except AnalysisException:
-        return False
-
-
-def _detail(spark: SparkSession, path: str) -> dict[str, Any]:
-    """``DESCRIBE DETAIL`` of the table at ``path``."""
-    row = spark.sql(f"DESCRIBE DETAIL delta.{as_table(path)}").first()
-    assert row is not None  # one row per table
-    return row.asDict()
+        row = spark.sql(f"DESCRIBE DETAIL delta.{as_table(path)}").first()
+    except PySparkException as e:
+        if isinstance(e, AnalysisException) or (e.getCondition() or "").startswith(NO_TABLE):
+            return None
+        raise
+    return row.asDict() if row is not None and row["format"] == "delta" else None
 
 
 def as_table(path: str) -> str:
@@ -113,11 +125,12 @@ def head(spark: SparkSession, path: str) -> tuple[str, int] | None:
     or None if it does not exist yet (reads the log's listing, no Spark job: ``DeltaLog.update``
     with its default arguments, called from Python)."""
     if not classic.is_classic(spark):  # two SQL queries: the table's id, its last commit
-        if not exists(spark, path):
+        detail = _detail(spark, path)
+        if detail is None:
             return None
         last = spark.sql(f"DESCRIBE HISTORY delta.{as_table(path)} LIMIT 1").select("version").first()
         assert last is not None  # a table has a commit
-        return _detail(spark, path)["id"], int(last[0])
+        return detail["id"], int(last[0])
     with snapshot(spark, path) as current:
         return None if current is None else (current.metadata().id(), current.version())
 
