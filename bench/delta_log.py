@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from framework import spark_session
-from framework.storage import tables
+from framework.storage import classic, tables
 
 COMMIT = json.dumps({"commitInfo": {"timestamp": 1, "operation": "WRITE", "operationParameters": {}}}) + "\n"
 
@@ -50,7 +50,7 @@ def _measure(spark, path: str, commits: int, crc: bool) -> dict:
         (log / name).write_text(COMMIT)
         if crc:
             (log / f".{name}.crc").touch()
-    with tables.snapshot(spark, path) as current:
+    with classic.delta_snapshot(spark, path) as current:
         current.deltaLog().checkpoint()
     tables.head(spark, path)
     seconds = []

@@ -60,7 +60,7 @@ def release(frames: list[DataFrame]) -> None:
 
 
 # ---- files, through the Hadoop file system Delta uses ---------------------------------------
-def hadoop_path(spark: SparkSession, path: str) -> tuple[Any, Any]:
+def _hadoop_path(spark: SparkSession, path: str) -> tuple[Any, Any]:
     """The Hadoop FileSystem and Path of ``path``, as Delta resolves it."""
     located = _jvm(spark).org.apache.hadoop.fs.Path(path)
     return located.getFileSystem(spark._jsc.hadoopConfiguration()), located
@@ -68,7 +68,7 @@ def hadoop_path(spark: SparkSession, path: str) -> tuple[Any, Any]:
 
 def write_file(spark: SparkSession, path: str, text: str) -> None:
     """Create (or overwrite) the file at ``path`` with ``text``."""
-    fs, located = hadoop_path(spark, path)
+    fs, located = _hadoop_path(spark, path)
     out = fs.create(located, True)
     try:
         out.write(bytearray(text.encode("utf-8")))
@@ -78,8 +78,8 @@ def write_file(spark: SparkSession, path: str, text: str) -> None:
 
 def move(spark: SparkSession, source: str, target: str) -> None:
     """Replace ``target`` with the file at ``source``."""
-    fs, to = hadoop_path(spark, target)
-    _, written = hadoop_path(spark, source)
+    fs, to = _hadoop_path(spark, target)
+    _, written = _hadoop_path(spark, source)
     fs.delete(to, False)
     if not fs.rename(written, to):
         raise OSError(f"could not move {source} to {target}")
@@ -87,7 +87,7 @@ def move(spark: SparkSession, source: str, target: str) -> None:
 
 def read_file(spark: SparkSession, path: str) -> str | None:
     """A small file's text, or None if it does not exist."""
-    fs, located = hadoop_path(spark, path)
+    fs, located = _hadoop_path(spark, path)
     if not fs.exists(located):
         return None
     io = _jvm(spark).java.io
@@ -99,13 +99,13 @@ def read_file(spark: SparkSession, path: str) -> str | None:
 
 
 def file_exists(spark: SparkSession, path: str) -> bool:
-    fs, located = hadoop_path(spark, path)
+    fs, located = _hadoop_path(spark, path)
     return bool(fs.exists(located))
 
 
 def list_names(spark: SparkSession, path: str) -> list[str]:
     """Names of the entries of folder ``path`` (empty if it does not exist)."""
-    fs, located = hadoop_path(spark, path)
+    fs, located = _hadoop_path(spark, path)
     if not fs.exists(located):
         return []
     return [status.getPath().getName() for status in fs.listStatus(located)]
@@ -113,13 +113,13 @@ def list_names(spark: SparkSession, path: str) -> list[str]:
 
 def remove(spark: SparkSession, path: str) -> None:
     """Delete a folder (or file) and what it holds."""
-    fs, located = hadoop_path(spark, path)
+    fs, located = _hadoop_path(spark, path)
     fs.delete(located, True)
 
 
 def qualified(spark: SparkSession, path: str) -> str:
     """``path`` made absolute the way Hadoop resolves it (against the JVM's working folder)."""
-    fs, located = hadoop_path(spark, path)
+    fs, located = _hadoop_path(spark, path)
     return fs.makeQualified(located).toUri().getPath()
 
 

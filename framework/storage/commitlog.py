@@ -75,8 +75,8 @@ def commits_after(spark: SparkSession, path: str, version: int) -> list[Commit] 
 def _copied_after_commit(spark: SparkSession, path: str) -> bool:
     """Whether the LogStore of ``path``'s scheme commits elsewhere first and copies the commit
     file into the log afterwards (Delta's ``S3DynamoDBLogStore``), as Delta picks the LogStore
-    (``locks.delta_logstore``: from the SparkContext's conf, not the session's)."""
-    return not locks.is_local(path) and "DynamoDB" in locks.delta_logstore(spark, path)
+    (``classic.delta_logstore``: from the SparkContext's conf, not the session's)."""
+    return not locks.is_local(path) and "DynamoDB" in classic.delta_logstore(spark, path)
 
 
 def files_added(spark: SparkSession, path: str, after: int, upto: int) -> set[str] | None:

@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 
 from ..definition.columns import BUCKET, ENTRY, LEDGER_BUCKET, SEQ
 from ..execution.streamtime import to_datetime
-from . import entries, tables
+from . import classic, entries, tables
 from .writes import LEDGER_APP, RETRIES, history_since, lost_race, version_of
 
 
@@ -171,7 +171,7 @@ NO_LEDGER = Head("", -1, 0)  # what ``Ledgers.read`` sees before the table exist
 
 def ledger_head(spark: SparkSession, path: str) -> Head:
     """The ledger's ``Head`` from one snapshot (Delta rebuilds its state to answer the fence)."""
-    with tables.snapshot(spark, path) as current:
+    with classic.delta_snapshot(spark, path) as current:
         recorded = current.transactions().get(LEDGER_APP)
         return Head(current.metadata().id(), current.version(), int(recorded.get()) if recorded.isDefined() else 0)
 

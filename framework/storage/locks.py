@@ -99,13 +99,13 @@ def check_atomic_commits(spark: SparkSession, warehouse: str) -> None:
     (docs/s3.md); any other LogStore (Delta's ``S3DynamoDBLogStore``) is taken as the user's
     choice.
 
-    The LogStore is Delta's own pick for the warehouse's path (``delta_logstore``), not a
+    The LogStore is Delta's own pick for the warehouse's path (``classic.delta_logstore``), not a
     session setting: Delta reads ``spark.delta.logStore.*`` from the conf the SparkContext
     started with, so a ``spark.conf.set`` of it afterwards changes nothing Delta does."""
     scheme = urlparse(warehouse).scheme
     if scheme not in S3_SCHEMES:
         return
-    store = delta_logstore(spark, warehouse)
+    store = classic.delta_logstore(spark, warehouse)
     if store.endswith("S3SingleDriverLogStore"):
         raise FrameworkError(
             f"warehouse {warehouse!r} is on S3, but Delta commits there with {store}, whose commits are "
@@ -114,13 +114,6 @@ def check_atomic_commits(spark: SparkSession, warehouse: str) -> None:
             f"spark.delta.logStore.{scheme}.impl set to a LogStore with atomic put-if-absent (docs/s3.md); "
             "setting it on a running session does not reach Delta."
         )
-
-
-def delta_logstore(spark: SparkSession, path: str) -> str:
-    """The class of the LogStore Delta commits with at ``path``, as Delta picks it: from the
-    SparkContext's conf (``LogStore(spark)``; the scheme's store when that is Delta's
-    scheme-delegating default)."""
-    return classic.delta_logstore(spark, path)
 
 
 def committing(path: str) -> AbstractContextManager:

@@ -23,9 +23,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
@@ -131,16 +130,8 @@ def head(spark: SparkSession, path: str) -> tuple[str, int] | None:
         last = spark.sql(f"DESCRIBE HISTORY delta.{as_table(path)} LIMIT 1").select("version").first()
         assert last is not None  # a table has a commit
         return detail["id"], int(last[0])
-    with snapshot(spark, path) as current:
-        return None if current is None else (current.metadata().id(), current.version())
-
-
-@contextmanager
-def snapshot(spark: SparkSession, path: str) -> Iterator[Any]:
-    """The table's current Delta snapshot (JVM object: ``classic.delta_snapshot``), or None if it
-    does not exist yet, to use inside the block."""
     with classic.delta_snapshot(spark, path) as current:
-        yield current
+        return None if current is None else (current.metadata().id(), current.version())
 
 
 def prepare(spark: SparkSession, path: str) -> None:
@@ -148,7 +139,7 @@ def prepare(spark: SparkSession, path: str) -> None:
     it needs first: done ahead, beside other work, that commit starts from a cached snapshot.
     Best effort: if this fails, the commit computes them itself and reports what fails."""
     try:
-        with snapshot(spark, path) as current:
+        with classic.delta_snapshot(spark, path) as current:
             if current is not None:
                 current.transactions()
     except classic.JavaError:
