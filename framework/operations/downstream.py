@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from ..errors import FrameworkError
@@ -51,12 +50,9 @@ def deliver_once(rows: DataFrame, outbox: str, keys: list[str]) -> int:
             "a key must name one delivery: add the column that tells them apart to the keys"
         )
     tables.create(spark, outbox, rows.schema)
-    on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+    on = " AND ".join(f"t.{tables.quoted(k)} <=> s.{tables.quoted(k)}" for k in keys)
     with locks.committing(outbox):
-        merged = (
-            DeltaTable.forPath(spark, outbox).alias("t").merge(rows.alias("s"), on).whenNotMatchedInsertAll().execute()
-        )
-    metrics = merged.first()  # a MERGE's one row of metrics
+        metrics = tables.merge(spark, outbox, rows, on, [f"WHEN NOT MATCHED THEN {tables.insert_all(rows.columns)}"])
     assert metrics is not None
     return int(metrics["num_inserted_rows"])
 

@@ -99,11 +99,12 @@ def batch_id(start: dt.datetime) -> str:
 
 def read_landing(spark: SparkSession, landing: str, table: str, start: dt.datetime, end: dt.datetime) -> DataFrame:
     """The landing records that arrived in ``[start, end)`` (``ingest_time``, naive UTC bounds)."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
+    from ..storage import tables
+
     path = os.path.join(landing, table)
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not tables.exists(spark, path):
         raise JobError(
             f"landing table {table!r} not found at {path}; "
             "fill it first, e.g. python jobs/sample_data.py --from ... --to ..."

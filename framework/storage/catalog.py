@@ -22,8 +22,6 @@ import re
 from typing import TYPE_CHECKING, Callable, Collection
 from urllib.parse import urlparse
 
-from delta.tables import DeltaTable
-
 from ..definition.columns import BUCKET, ENTRY, LATE_BUCKET, LEDGER_BUCKET, REJECTED_BUCKET, SEQ
 from ..errors import FrameworkError
 from . import bookkeeping, classic, entries, ledger, locks, metrics, tables
@@ -102,7 +100,7 @@ def register(
         if spark.catalog.tableExists(f"{schema}.{name}"):
             _check_location(spark, p, schema, name, path)
         elif tables.exists(spark, path):
-            DeltaTable.createIfNotExists(spark).tableName(qualified).location(path).execute()
+            spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified} USING delta LOCATION {tables.literal(path)}")
         else:
             continue  # not created yet: registered by a later batch
         registered.append(f"{schema}.{name}")

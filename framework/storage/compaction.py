@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from ..definition.columns import BUCKET
@@ -40,6 +39,6 @@ def compact(spark: SparkSession, paths: tuple[str, ...]) -> list[str]:
     for path in paths:
         if tables.exists(spark, path):
             with locks.committing(path):
-                DeltaTable.forPath(spark, path).optimize().where(f"{BUCKET} < 0").executeCompaction()
+                spark.sql(f"OPTIMIZE {tables.as_table(path)} WHERE {BUCKET} < 0")
             done.append(path)
     return done

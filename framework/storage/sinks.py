@@ -12,8 +12,7 @@ unpublished can publish it again.
 
 from __future__ import annotations
 
-from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ..definition.columns import EMITTED_AT, GONE
@@ -71,18 +70,16 @@ def merge(p: Pipeline, rows: DataFrame, path: str, tombstones: bool = False) -> 
     spark = rows.sparkSession
     kept = rows if tombstones else rows.drop(GONE)
     tables.create(spark, path, kept.schema)
-    on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in p.identity)
-    columns: dict[str, str | Column] = {f"`{c}`": f"s.`{c}`" for c in kept.columns}
-    builder = DeltaTable.forPath(spark, path).alias("t").merge(rows.alias("s"), on)
+    update, insert = tables.update_all(kept.columns), tables.insert_all(kept.columns)
     if tombstones:
-        builder.whenMatchedUpdate(set=columns).whenNotMatchedInsert(values=columns).execute()
+        clauses = [f"WHEN MATCHED THEN {update}", f"WHEN NOT MATCHED THEN {insert}"]
     else:
-        (
-            builder.whenMatchedDelete(f"s.{GONE}")
-            .whenMatchedUpdate(set=columns)
-            .whenNotMatchedInsert(condition=f"NOT s.{GONE}", values=columns)
-            .execute()
-        )
+        clauses = [
+            f"WHEN MATCHED AND s.{GONE} THEN DELETE",
+            f"WHEN MATCHED THEN {update}",
+            f"WHEN NOT MATCHED AND NOT s.{GONE} THEN {insert}",
+        ]
+    tables.merge(spark, path, rows, tables.matching(p.identity), clauses)
 
 
 def replace_all(p: Pipeline, changes: DataFrame, path: str, base: int | None, tag: str, once: dict) -> None:

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ..definition.columns import BUCKET, CLOSE, ENTRY, GONE, SEQ
@@ -68,25 +67,16 @@ def commit(
     source = changes.unionByName(bookkeeping.withColumn(GONE, F.lit(False)), allowMissingColumns=True)
     columns = [c for c in source.columns if c != GONE]
     tables.create(spark, path, source.select(*columns).schema, partition_by=BUCKET)
-    on = " AND ".join([f"t.{windows}", f"s.{windows}", *(f"t.`{c}` = s.`{c}`" for c in p.identity)])
+    on = f"t.{windows} AND s.{windows} AND {tables.matching(p.identity)}"
     held = p.windows is not None and p.windows.held_after_close
     due = "false" if held else f"s.{CLOSE} <= {sta if sta is not None else NO_TIME}"
-    values: dict[str, str | Column] = {f"`{c}`": f"s.`{c}`" for c in columns}
+    clauses = [
+        f"WHEN MATCHED AND (s.{GONE} OR {due}) THEN DELETE",
+        f"WHEN MATCHED THEN {tables.update_all(columns)}",
+        f"WHEN NOT MATCHED AND (s.{BUCKET} < 0 OR (NOT s.{GONE} AND NOT ({due}))) THEN {tables.insert_all(columns)}",
+    ]
     writes.tagged(
-        spark,
-        path,
-        tag,
-        lambda: (
-            DeltaTable.forPath(spark, path)
-            .alias("t")
-            .merge(source.alias("s"), on)
-            .whenMatchedDelete(f"s.{GONE} OR {due}")
-            .whenMatchedUpdate(set=values)
-            .whenNotMatchedInsert(condition=f"s.{BUCKET} < 0 OR (NOT s.{GONE} AND NOT ({due}))", values=values)
-            .execute()
-        ),
-        txn_version=txn_version,
-        evolve=True,
+        spark, path, tag, lambda: tables.merge(spark, path, source, on, clauses), txn_version=txn_version, evolve=True
     )
 
 

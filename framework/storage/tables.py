@@ -20,9 +20,10 @@ of their own; ``framework.storage.upgrade`` moves them into ``_state``.
 
 from __future__ import annotations
 
-import json
 import os
 import time
+import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -30,7 +31,7 @@ from urllib.parse import urlparse
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, Row, StructType
 
 from ..errors import FrameworkError
 from . import classic
@@ -98,7 +99,7 @@ def _detail(spark: SparkSession, path: str) -> dict[str, Any] | None:
     if not urlparse(path).scheme and not os.path.isabs(path):
         raise FrameworkError(f"{path!r}: over Spark Connect a warehouse path must be absolute (or a URL)")
     try:
-        row = spark.sql(f"DESCRIBE DETAIL delta.{as_table(path)}").first()
+        row = spark.sql(f"DESCRIBE DETAIL {as_table(path)}").first()
     except PySparkException as e:
         if isinstance(e, AnalysisException) or (e.getCondition() or "").startswith(NO_TABLE):
             return None
@@ -106,9 +107,50 @@ def _detail(spark: SparkSession, path: str) -> dict[str, Any] | None:
     return row.asDict() if row is not None and row["format"] == "delta" else None
 
 
+def quoted(name: str) -> str:
+    """A name (a column, a path) as a SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def literal(text: str) -> str:
+    """A string as a SQL literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def as_table(path: str) -> str:
-    """A path as a SQL identifier (``delta.`<path>```)."""
-    return "`" + path.replace("`", "``") + "`"
+    """The Delta table at ``path`` as SQL names it (``delta.`<path>```)."""
+    return f"delta.{quoted(path)}"
+
+
+def merge(spark: SparkSession, path: str, source: DataFrame, on: str, clauses: Iterable[str]) -> Row | None:
+    """``MERGE INTO`` the table at ``path`` (alias ``t``) from ``source`` (alias ``s``) in SQL,
+    which a classic and a Spark Connect session both run (delta-spark's ``DeltaTable`` needs
+    Delta's Connect plugin on the server, which Delta 4.4 does not publish for Spark 4.2).
+    ``clauses`` are the ``WHEN ...`` clauses in order; the answer is Delta's row of counts
+    (``num_affected_rows``, ``num_inserted_rows``, ...). The source is a temporary view of a
+    name of its own, dropped afterwards (threads of one session merge at once)."""
+    view = f"finalresults_merge_source_{uuid.uuid4().hex}"
+    source.createOrReplaceTempView(view)
+    try:
+        return spark.sql(f"MERGE INTO {as_table(path)} AS t USING {view} AS s ON {on} " + " ".join(clauses)).first()
+    finally:
+        spark.catalog.dropTempView(view)
+
+
+def matching(columns: Iterable[str]) -> str:
+    """A MERGE's condition: the target's and the source's ``columns`` are equal."""
+    return " AND ".join(f"t.{quoted(c)} = s.{quoted(c)}" for c in columns)
+
+
+def update_all(columns: Iterable[str]) -> str:
+    """``UPDATE SET`` of ``columns`` from the source: a MERGE clause's action."""
+    return "UPDATE SET " + ", ".join(f"{quoted(c)} = s.{quoted(c)}" for c in columns)
+
+
+def insert_all(columns: Iterable[str]) -> str:
+    """``INSERT`` of ``columns`` from the source: a MERGE clause's action."""
+    names = [quoted(c) for c in columns]
+    return f"INSERT ({', '.join(names)}) VALUES ({', '.join('s.' + n for n in names)})"
 
 
 def read(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
@@ -127,7 +169,7 @@ def head(spark: SparkSession, path: str) -> tuple[str, int] | None:
         detail = _detail(spark, path)
         if detail is None:
             return None
-        last = spark.sql(f"DESCRIBE HISTORY delta.{as_table(path)} LIMIT 1").select("version").first()
+        last = spark.sql(f"DESCRIBE HISTORY {as_table(path)} LIMIT 1").select("version").first()
         assert last is not None  # a table has a commit
         return detail["id"], int(last[0])
     with classic.delta_snapshot(spark, path) as current:
@@ -162,12 +204,20 @@ def properties(path: str) -> dict[str, str]:
     return {"delta.checkpointInterval": str(interval)}
 
 
-def _nullable(schema: StructType) -> StructType:
-    """The same schema with every field nullable (Delta refuses nested NOT NULL constraints)."""
-    text = schema.json()
-    for flag in ("nullable", "containsNull", "valueContainsNull"):
-        text = text.replace(f'"{flag}":false', f'"{flag}":true')
-    return StructType.fromJson(json.loads(text))
+def columns(schema: StructType) -> str:
+    """``CREATE TABLE``'s column list for ``schema``, names quoted, every field nullable (Delta
+    refuses nested NOT NULL constraints, and the framework's tables take rows of any nullability)."""
+    return ", ".join(f"{quoted(f.name)} {_ddl(f.dataType)}" for f in schema.fields)
+
+
+def _ddl(kind: DataType) -> str:
+    if isinstance(kind, StructType):
+        return "STRUCT<" + ", ".join(f"{quoted(f.name)}: {_ddl(f.dataType)}" for f in kind.fields) + ">"
+    if isinstance(kind, ArrayType):
+        return f"ARRAY<{_ddl(kind.elementType)}>"
+    if isinstance(kind, MapType):
+        return f"MAP<{_ddl(kind.keyType)}, {_ddl(kind.valueType)}>"
+    return kind.simpleString()
 
 
 def create(spark: SparkSession, path: str, schema: StructType | str, partition_by: str | None = None) -> None:
@@ -180,14 +230,15 @@ def create(spark: SparkSession, path: str, schema: StructType | str, partition_b
         return
     if isinstance(schema, str):
         schema = spark.createDataFrame([], schema).schema
-    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(_nullable(schema))
-    for key, value in properties(path).items():
-        builder = builder.property(key, value)
-    if partition_by:
-        builder = builder.partitionedBy(partition_by)
+    props = ", ".join(f"'{k}' = '{v}'" for k, v in properties(path).items())
+    partitioned = f" PARTITIONED BY ({quoted(partition_by)})" if partition_by else ""
+    statement = (
+        f"CREATE TABLE IF NOT EXISTS {as_table(path)} ({columns(schema)}) USING delta"
+        f"{partitioned} TBLPROPERTIES ({props})"
+    )
     try:
         with committing(path), conf_guard:  # no other thread's commit tag may be set meanwhile
-            builder.execute()
+            spark.sql(statement)
     except Exception as failure:
         deadline = time.monotonic() + CREATE_WAIT_S
         while not _loads(spark, path):

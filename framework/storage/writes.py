@@ -23,13 +23,12 @@ from delta.exceptions import (  # the base classes: importing them converts no J
     MetadataChangedException,
     ProtocolChangedException,
 )
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from . import classic
 from .commitlog import commits_after
 from .locks import committing, session_conf
-from .tables import latest_version, properties, read
+from .tables import as_table, latest_version, properties, read
 
 TAG = "finalresults:"  # userMetadata prefix of every commit a batch or replay makes
 
@@ -70,13 +69,11 @@ def history_since(spark: SparkSession, path: str, version: int | None) -> list:
     head = latest_version(spark, path)
     if head is None or (version is not None and head <= version):
         return []
-    table, wanted = DeltaTable.forPath(spark, path), head - (version if version is not None else -1)
+    wanted = head - (version if version is not None else -1)
     while True:
-        rows = (
-            (table.history() if version is None else table.history(wanted + 8))
-            .select("version", "operation", "userMetadata")
-            .collect()
-        )
+        limit = "" if version is None else f" LIMIT {wanted + 8}"
+        history = spark.sql(f"DESCRIBE HISTORY {as_table(path)}{limit}")
+        rows = history.select("version", "operation", "userMetadata").collect()
         since = sorted((r for r in rows if version is None or r.version > version), key=lambda r: r.version)
         if version is None or (since and since[0].version == version + 1) or len(rows) < wanted + 8:
             return since  # complete, or all the log still holds
@@ -196,7 +193,7 @@ def reset(spark: SparkSession, path: str, base: int | None, tag: str) -> int | N
     that now holds those rows."""
     since = latest_version(spark, path)
     if base is None:
-        tagged(spark, path, tag, lambda: DeltaTable.forPath(spark, path).delete())
+        tagged(spark, path, tag, lambda: spark.sql(f"DELETE FROM {as_table(path)}"))
     else:
         save(read(spark, path, base), path, tag, "overwrite")
     made = version_of(history_since(spark, path, since), tag)
