@@ -39,6 +39,6 @@ def compact(spark: SparkSession, paths: tuple[str, ...]) -> list[str]:
     for path in paths:
         if tables.exists(spark, path):
             with locks.committing(path):
-                spark.sql(f"OPTIMIZE {tables.as_table(path)} WHERE {BUCKET} < 0")
+                spark.sql(f"OPTIMIZE {tables.as_table(spark, path)} WHERE {BUCKET} < 0")
             done.append(path)
     return done

@@ -94,12 +94,9 @@ NO_TABLE = ("PATH_NOT_FOUND", "DELTA_FILE_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE
 
 
 def _detail(spark: SparkSession, path: str) -> dict[str, Any] | None:
-    """``DESCRIBE DETAIL`` of the Delta table at ``path``, None if there is none. Over Connect the
-    server resolves a relative path against its own working folder: refused."""
-    if not urlparse(path).scheme and not os.path.isabs(path):
-        raise FrameworkError(f"{path!r}: over Spark Connect a warehouse path must be absolute (or a URL)")
+    """``DESCRIBE DETAIL`` of the Delta table at ``path``, None if there is none."""
     try:
-        row = spark.sql(f"DESCRIBE DETAIL {as_table(path)}").first()
+        row = spark.sql(f"DESCRIBE DETAIL {as_table(spark, path)}").first()
     except PySparkException as e:
         if isinstance(e, AnalysisException) or (e.getCondition() or "").startswith(NO_TABLE):
             return None
@@ -117,8 +114,15 @@ def literal(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def as_table(path: str) -> str:
-    """The Delta table at ``path`` as SQL names it (``delta.`<path>```)."""
+def as_table(spark: SparkSession, path: str) -> str:
+    """The Delta table at ``path`` as SQL names it (``delta.`<path>```). SQL takes only an
+    absolute path (or a URL) there: a relative one is resolved as a classic session's reads
+    resolve it, against the JVM's working folder; over Spark Connect the server would resolve it
+    against its own, so it is refused."""
+    if not urlparse(path).scheme and not os.path.isabs(path):
+        if not classic.is_classic(spark):
+            raise FrameworkError(f"{path!r}: over Spark Connect a warehouse path must be absolute (or a URL)")
+        path = classic.qualified(spark, path)
     return f"delta.{quoted(path)}"
 
 
@@ -130,9 +134,10 @@ def merge(spark: SparkSession, path: str, source: DataFrame, on: str, clauses: I
     (``num_affected_rows``, ``num_inserted_rows``, ...). The source is a temporary view of a
     name of its own, dropped afterwards (threads of one session merge at once)."""
     view = f"finalresults_merge_source_{uuid.uuid4().hex}"
+    statement = f"MERGE INTO {as_table(spark, path)} AS t USING {view} AS s ON {on} " + " ".join(clauses)
     source.createOrReplaceTempView(view)
     try:
-        return spark.sql(f"MERGE INTO {as_table(path)} AS t USING {view} AS s ON {on} " + " ".join(clauses)).first()
+        return spark.sql(statement).first()
     finally:
         spark.catalog.dropTempView(view)
 
@@ -169,7 +174,7 @@ def head(spark: SparkSession, path: str) -> tuple[str, int] | None:
         detail = _detail(spark, path)
         if detail is None:
             return None
-        last = spark.sql(f"DESCRIBE HISTORY {as_table(path)} LIMIT 1").select("version").first()
+        last = spark.sql(f"DESCRIBE HISTORY {as_table(spark, path)} LIMIT 1").select("version").first()
         assert last is not None  # a table has a commit
         return detail["id"], int(last[0])
     with classic.delta_snapshot(spark, path) as current:
@@ -233,7 +238,7 @@ def create(spark: SparkSession, path: str, schema: StructType | str, partition_b
     props = ", ".join(f"'{k}' = '{v}'" for k, v in properties(path).items())
     partitioned = f" PARTITIONED BY ({quoted(partition_by)})" if partition_by else ""
     statement = (
-        f"CREATE TABLE IF NOT EXISTS {as_table(path)} ({columns(schema)}) USING delta"
+        f"CREATE TABLE IF NOT EXISTS {as_table(spark, path)} ({columns(schema)}) USING delta"
         f"{partitioned} TBLPROPERTIES ({props})"
     )
     try:

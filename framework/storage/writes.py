@@ -72,7 +72,7 @@ def history_since(spark: SparkSession, path: str, version: int | None) -> list:
     wanted = head - (version if version is not None else -1)
     while True:
         limit = "" if version is None else f" LIMIT {wanted + 8}"
-        history = spark.sql(f"DESCRIBE HISTORY {as_table(path)}{limit}")
+        history = spark.sql(f"DESCRIBE HISTORY {as_table(spark, path)}{limit}")
         rows = history.select("version", "operation", "userMetadata").collect()
         since = sorted((r for r in rows if version is None or r.version > version), key=lambda r: r.version)
         if version is None or (since and since[0].version == version + 1) or len(rows) < wanted + 8:
@@ -193,7 +193,7 @@ def reset(spark: SparkSession, path: str, base: int | None, tag: str) -> int | N
     that now holds those rows."""
     since = latest_version(spark, path)
     if base is None:
-        tagged(spark, path, tag, lambda: spark.sql(f"DELETE FROM {as_table(path)}"))
+        tagged(spark, path, tag, lambda: spark.sql(f"DELETE FROM {as_table(spark, path)}"))
     else:
         save(read(spark, path, base), path, tag, "overwrite")
     made = version_of(history_since(spark, path, since), tag)
