@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 os.environ.setdefault("SPARK_CONF_DIR", str(ROOT / "tests" / "spark-conf"))
 
-from test_airflow_scheduler import AIRFLOW, START, _environment, _query, _stop, _wait  # noqa: E402
+from test_airflow_scheduler import AIRFLOW, START, _environment, _query, _serve, _start, _stop, _wait  # noqa: E402
 
 JOBS = ("user_alerts", "page_sessions", "sliding_metric")
 DAG_FILE = '''"""The generated pipelines of bench/many_pipelines.py, hourly."""
@@ -96,29 +96,12 @@ def run_airflow(root: Path, names: list[str], hours: int, parallelism: int, dead
     logs = root / "logs"
     logs.mkdir()
     processes: dict = {}
-
-    def start(name: str, args: list[str]) -> None:
-        with open(logs / f"{name}.log", "w") as log:
-            processes[name] = subprocess.Popen(
-                [AIRFLOW, *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-
     subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
     try:
-        start("api-server", ["api-server", "--apps", "execution", "-H", "127.0.0.1", "-p", env["AIRFLOW__API__PORT"]])
-        start("dag-processor", ["dag-processor"])
         parsed = lambda: len(_query(root, "SELECT dag_id FROM serialized_dag")) >= len(names)  # noqa: E731
-        _wait("the DAGs to be parsed", parsed, processes, logs, 600)
-        unpaused = subprocess.run(
-            [AIRFLOW, "dags", "unpause", "--treat-dag-id-as-regex", "-y", "_[0-9][0-9]$"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert unpaused.returncode == 0, unpaused.stdout + unpaused.stderr
+        _serve(env, processes, logs, parsed, "_[0-9][0-9]$")
         began = time.monotonic()
-        start("scheduler", ["scheduler", "--skip-serve-logs"])
+        _start(env, processes, logs, "scheduler", ["scheduler", "--skip-serve-logs"])
         want = len(names) * hours
 
         seen = [-1]

@@ -66,6 +66,36 @@ def _environment(root: Path) -> dict[str, str]:
     return env
 
 
+def _start(env: dict, processes: dict, logs: Path, name: str, args: list[str]) -> None:
+    """Start ``airflow <args>`` in a process group of its own, its output in ``logs/<name>.log``."""
+    with open(logs / f"{name}.log", "w") as log:
+        processes[name] = subprocess.Popen(
+            [AIRFLOW, *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def _serve(env: dict, processes: dict, logs: Path, parsed, dags: str) -> None:
+    """Start the execution API server and the dag-processor, wait until ``parsed()``, then
+    unpause the DAGs whose ids match the regular expression ``dags``."""
+    _start(
+        env,
+        processes,
+        logs,
+        "api-server",
+        ["api-server", "--apps", "execution", "-H", "127.0.0.1", "-p", env["AIRFLOW__API__PORT"]],
+    )
+    _start(env, processes, logs, "dag-processor", ["dag-processor"])
+    _wait("the DAGs to be parsed", parsed, processes, logs, 600)
+    unpaused = subprocess.run(
+        [AIRFLOW, "dags", "unpause", "--treat-dag-id-as-regex", "-y", dags],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert unpaused.returncode == 0, unpaused.stdout + unpaused.stderr
+
+
 def _query(root: Path, sql: str, *args) -> list[tuple]:
     with sqlite3.connect(root / "airflow" / "airflow.db", timeout=30) as db:
         return db.execute(sql, args).fetchall()
@@ -108,29 +138,11 @@ def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays
     env, logs = _environment(tmp_path), tmp_path / "logs"
     logs.mkdir()
     subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-    processes = {}
-
-    def start(name, args):
-        with open(logs / f"{name}.log", "w") as log:
-            processes[name] = subprocess.Popen(
-                [AIRFLOW, *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-
+    processes: dict[str, subprocess.Popen] = {}
     try:
-        port = env["AIRFLOW__API__PORT"]
-        start("api-server", ["api-server", "--apps", "execution", "-H", "127.0.0.1", "-p", port])
-        start("dag-processor", ["dag-processor"])
         parsed = lambda: _query(tmp_path, "SELECT 1 FROM serialized_dag WHERE dag_id = ?", NOTIFY)  # noqa: E731
-        _wait("the DAGs to be parsed", parsed, processes, logs, 300)
         # user_alerts, its replay DAG and the notifications DAG downstream of its results asset
-        unpaused = subprocess.run(
-            [AIRFLOW, "dags", "unpause", "--treat-dag-id-as-regex", "-y", "^user_alert"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert unpaused.returncode == 0, unpaused.stdout + unpaused.stderr
+        _serve(env, processes, logs, parsed, "^user_alert")
         last = (START + dt.timedelta(hours=HOURS - 1)).isoformat()
         created = subprocess.run(
             [
@@ -152,7 +164,7 @@ def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays
             timeout=300,
         )
         assert created.returncode == 0, created.stdout + created.stderr
-        start("scheduler", ["scheduler", "--skip-serve-logs"])
+        _start(env, processes, logs, "scheduler", ["scheduler", "--skip-serve-logs"])
         runs = _wait(f"{HOURS} successful runs", lambda: _succeeded(tmp_path, DAG_ID, HOURS), processes, logs, DEADLINE)
 
         # the replay DAG, triggered with params, re-runs the last batch through spark-submit --replay
