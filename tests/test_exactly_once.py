@@ -22,6 +22,7 @@ from framework import (
     TimeWindows,
 )
 from framework.operations.attempt import WRITE_POINTS
+from framework.operations.replay import ReplayBatch
 from framework.storage import bookkeeping, state, tables
 from framework.storage.state import buffer_path
 
@@ -125,6 +126,33 @@ def test_crash_at_every_write_boundary_then_rerun_equals_a_clean_run(spark, ware
     assert ("buffer" in reference) == p.rate_limited
     for point, after in crashed.items():
         assert after == reference, f"crash before {point!r} write"
+
+
+def test_input_of_another_session_of_the_same_spark_commits_as_its_own_would(spark, tmp_path):
+    """A runtime on one session given input built in another (two replays started in threads
+    of the soak did this; so may a job with a session per source): its batches and a replay of
+    them commit what the input's own session commits. The MERGEs that write window state and a
+    MERGEd sink take their source across sessions, whose temporary views the others do not see."""
+    emit_on_update = (
+        Pipeline("other_session_upd", timestamp="ts", arrival="seq")
+        .group_by("k")
+        .windowed_by(TimeWindows.of_size_and_grace(10, 2))
+        .aggregate(*AGGREGATES)
+        .to("out")
+    )
+    own, other = (
+        Runtime(s, str(tmp_path / name), quality=False) for s, name in ((spark, "own"), (spark.newSession(), "other"))
+    )
+    offsets = [sum(len(b) for b in BATCHES[:i]) for i in range(len(BATCHES))]
+    fixed = [*BATCHES[:1], [(k, ts, v + 100) for k, ts, v in BATCHES[1]], *BATCHES[2:]]
+    sliding = pipeline("other_session_sliding", windows=SlidingWindows.of_time_difference_and_grace(10, 2))
+    for p in (sliding, emit_on_update):
+        for index, batch in enumerate(BATCHES):
+            for rt in (own, other):
+                rt.run_batch(p, IDS[index], frame(spark, batch, offsets[index]))  # always the first session's input
+        for rt in (own, other):
+            rt.replay(p, [ReplayBatch(IDS[i], frame(spark, fixed[i], offsets[i])) for i in (1, 2)])
+        assert snapshot(other, p) == snapshot(own, p)
 
 
 def test_rerun_of_a_committed_batch_is_a_reported_noop(spark, warehouse):

@@ -131,15 +131,20 @@ def merge(spark: SparkSession, path: str, source: DataFrame, on: str, clauses: I
     which a classic and a Spark Connect session both run (delta-spark's ``DeltaTable`` needs
     Delta's Connect plugin on the server, which Delta 4.4 does not publish for Spark 4.2).
     ``clauses`` are the ``WHEN ...`` clauses in order; the answer is Delta's row of counts
-    (``num_affected_rows``, ``num_inserted_rows``, ...). The source is a temporary view of a
-    name of its own, dropped afterwards (threads of one session merge at once)."""
+    (``num_affected_rows``, ``num_inserted_rows``, ...).
+
+    The statement runs in ``spark``, whose session settings (the commit's tag, its transaction
+    id) the commit takes. The source is a global temporary view of a name of its own, dropped
+    afterwards: ``source`` may belong to another session of the same Spark (a session's own
+    temporary views are invisible to the others), and threads merge at once."""
     view = f"finalresults_merge_source_{uuid.uuid4().hex}"
-    statement = f"MERGE INTO {as_table(spark, path)} AS t USING {view} AS s ON {on} " + " ".join(clauses)
-    source.createOrReplaceTempView(view)
+    database = spark.conf.get("spark.sql.globalTempDatabase", "global_temp")
+    statement = f"MERGE INTO {as_table(spark, path)} AS t USING {database}.{view} AS s ON {on} " + " ".join(clauses)
+    source.createOrReplaceGlobalTempView(view)
     try:
         return spark.sql(statement).first()
     finally:
-        spark.catalog.dropTempView(view)
+        spark.catalog.dropGlobalTempView(view)
 
 
 def matching(columns: Iterable[str]) -> str:
