@@ -151,7 +151,7 @@ def publish_range(
     once = {"txnAppId": REPLAYS, "txnVersion": str(replay.fence)}
     sink = tables.read(spark, staged.output) if "output" in manifest.staged else None
     if p.suppression is not None:
-        first, last = _sql_string(replay.first_batch_id), _sql_string(replay.last_batch_id)
+        first, last = tables.literal(replay.first_batch_id), tables.literal(replay.last_batch_id)
         _replace(spark, sink, t.output, f"emitted_batch_id BETWEEN {first} AND {last}", tag, once)
     elif sink is not None:
         sinks.replace_all(p, sink, t.output, replay.output_base, tag, once)
@@ -165,8 +165,3 @@ def _replace(spark: SparkSession, rows: DataFrame | None, target: str, where: st
         rows = spark.createDataFrame([], tables.read(spark, target).schema)
     tables.create(spark, target, rows.schema)
     writes.save(rows, target, tag, "overwrite", replaceWhere=where, **once)
-
-
-def _sql_string(text: str) -> str:
-    """``text`` as a Spark SQL string literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

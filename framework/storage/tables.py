@@ -240,7 +240,7 @@ def create(spark: SparkSession, path: str, schema: StructType | str, partition_b
         return
     if isinstance(schema, str):
         schema = spark.createDataFrame([], schema).schema
-    props = ", ".join(f"'{k}' = '{v}'" for k, v in properties(path).items())
+    props = ", ".join(f"{literal(k)} = {literal(v)}" for k, v in properties(path).items())
     partitioned = f" PARTITIONED BY ({quoted(partition_by)})" if partition_by else ""
     statement = (
         f"CREATE TABLE IF NOT EXISTS {as_table(spark, path)} ({columns(schema)}) USING delta"
