@@ -4,7 +4,7 @@ from datetime import timedelta as td
 
 import pytest
 import reference as ref
-from harness import AGGREGATES, expected, results, run_stream
+from harness import AGGREGATES, expected, frame, results, run_stream
 
 from framework import BufferConfig, Pipeline, Runtime, SessionWindows, SlidingWindows, Suppressed, TimeWindows, agg
 
@@ -153,6 +153,29 @@ def test_kip94_a_record_between_two_sessions_merges_exactly_those_two(spark, war
     ]
     merged = next(r for r in rows if r["window_start"] == 150)
     assert merged["vs"] == [150, 175, 200, 250, 275, 300, 225]  # arrival order
+
+
+def test_an_updated_session_table_holds_each_session_as_it_is_now(spark, warehouse):
+    """Without suppression a session table is updated in place (emit-on-update). A session is
+    named by both bounds: a record that extends it forwards a tombstone for the session it
+    replaced and the new one (as Kafka does), whether the start moves or only the end."""
+    rt = Runtime(spark, warehouse, quality=False)
+    p = (
+        Pipeline("visits", timestamp="ts", arrival="seq")
+        .group_by("k")
+        .windowed_by(SessionWindows.of_inactivity_gap_and_grace(5, 100))
+        .aggregate(agg.count("n"))
+        .to("out")
+    )
+    seen = []
+    for i, batch in enumerate([[("A", 10, 1), ("B", 0, 1)], [("A", 12, 1)], [("A", 5, 1)]]):
+        done = rt.run_batch(p, f"b{i}", frame(spark, batch, 10 * i))
+        seen.append((done.emitted, [(r["k"], r["window_start"], r["window_end"], r["n"]) for r in results(rt, p)]))
+    assert seen == [
+        (2, [("A", 10, 10, 1), ("B", 0, 0, 1)]),
+        (2, [("A", 10, 12, 2), ("B", 0, 0, 1)]),  # the end moved: [10, 10] deleted, [10, 12] put
+        (2, [("A", 5, 12, 3), ("B", 0, 0, 1)]),  # the start moved
+    ]
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ Per record, while a batch is planned:
 - ``STARTS``, ``OPEN_STARTS``    time windows: starts of the windows holding the record, and of
                     those still open for it; ``N_STARTS``, ``N_OPEN_STARTS`` their sizes
 - ``TOUCH``         rate limiting: the row is an update of its entry (not only a part of its value)
+- ``UPDATED_AT``    an update's time, as Kafka stamps it (``execution.batch``: the updates' shape)
 
 Per window in ``_state``'s window rows (and in the rows a batch plans):
 
@@ -52,6 +53,7 @@ OPEN_STARTS = "_acc"
 N_STARTS = "_n_all"
 N_OPEN_STARTS = "_n_acc"
 TOUCH = "_touch"
+UPDATED_AT = "_ut"
 CLOSE = "_close"
 BUCKET = "_bucket"
 MAX_TS = "_max_ts"

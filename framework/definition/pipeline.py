@@ -142,10 +142,8 @@ class Pipeline:
         """Aggregate per key and window (TimeWindows, SlidingWindows or SessionWindows)."""
         self._need("windowed_by", "group_by")
         if not isinstance(windows, WindowType):
-            raise DefinitionError(
-                f"pipeline {self.name!r}: windowed_by() takes TimeWindows, "
-                f"SlidingWindows or SessionWindows, got {windows!r}"
-            )
+            kinds = ", ".join(t.__name__ for t in WindowType.__subclasses__())
+            raise DefinitionError(f"pipeline {self.name!r}: windowed_by() takes one of {kinds}, got {windows!r}")
         return self._next("windowed_by", windows=windows)
 
     def aggregate(self, *aggregates: Aggregate) -> "Pipeline":
@@ -300,8 +298,9 @@ class Pipeline:
 
     @property
     def identity(self) -> list[str]:
-        """Columns that identify one result row: the keys, and the window start when windowed."""
-        return [*self.keys] + (["window_start"] if self.windows is not None else [])
+        """Columns that name one window of one key (a state row, a result row, a buffer entry):
+        the keys, and the window type's ``bounds`` when windowed."""
+        return [*self.keys, *(self.windows.bounds if self.windows is not None else ())]
 
     def check_complete(self) -> "Pipeline":
         """Raise unless the pipeline is ready to run (has group_by, aggregate and to)."""

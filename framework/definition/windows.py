@@ -50,11 +50,11 @@ class WindowType(ABC):
     A window closes a fixed time after its end (``close_after_end_ms``), so the engine, rate
     limiting and quality checks compute it one way. The class attributes say the rest: which
     plan computes it, what identifies one window, and how its state and sinks treat it. Adding a
-    window type means a class here and a plan in ``execution.engine`` (docs/design.md#window-types).
+    window type means a class here and a plan module in ``execution/plans`` (docs/design.md#window-types).
     """
 
     kind: ClassVar[str]
-    """The plan that computes these windows: ``engine.PLANS[kind]``."""
+    """The plan that computes these windows: ``execution.plans.PLANS[kind]``, a module of its own."""
     bounds: ClassVar[tuple[str, ...]] = ("window_start",)
     """The window columns that, with the keys, name one window as it changes: a session by both
     bounds, as a merge or an extension makes a new session."""

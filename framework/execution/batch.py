@@ -1,7 +1,7 @@
-"""What a batch's plan works from and yields (``Batch``, ``Effect``, ``Limited``) and the
-columns its aggregates build: shared by ``engine``, which plans a batch, and ``ratelimit``, which
-replaces an effect's results by what a suppression buffer emits, so neither imports the other
-for them."""
+"""What a batch's plan works from and yields (``Batch``, ``Effect``, ``Limited``), the one
+shape of the updates every plan gives a suppression buffer (``UPDATES``), and the columns its
+aggregates build: shared by ``plans``, a plan per window type, and ``ratelimit``, which replaces
+an effect's results by what a suppression buffer emits, so neither imports the other for them."""
 
 from __future__ import annotations
 
@@ -11,8 +11,24 @@ from typing import Callable
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from ..definition.columns import POS
+from ..definition.columns import (
+    ARRIVAL,
+    ARRIVAL_POS,
+    BUCKET,
+    CLOSE,
+    GONE,
+    MAX_TS,
+    POS,
+    STEP,
+    STREAM_AFTER,
+    STREAM_BEFORE,
+    TOUCH,
+    TS,
+    UPDATED_AT,
+)
+from ..definition.names import quoted
 from ..definition.pipeline import Pipeline
+from ..definition.windows import WindowType
 from .streamtime import NO_TIME
 
 
@@ -40,6 +56,31 @@ class Batch:
     def time_after(self) -> int:
         """Stream time after the batch, ``NO_TIME`` before any record."""
         return NO_TIME if self.stream_time is None else self.stream_time
+
+    def bucket(self) -> Column:
+        """The state partition (``BUCKET``) of a window row, from its close time."""
+        return F.floor(F.col(CLOSE) / self.bucket_ms).cast("long")
+
+    def stored(self, like: DataFrame) -> DataFrame:
+        """Stored window state shaped like ``like``; empty before the first commit."""
+        return like.limit(0) if self.state is None else self.state.select(*like.columns)
+
+    def open_state(self, like: DataFrame) -> DataFrame:
+        """Stored windows (all open: closed ones are deleted), pruned to the buckets not yet due."""
+        if self.state is None:
+            return like.limit(0)
+        low = self.time_before // self.bucket_ms if self.time_before != NO_TIME else NO_TIME
+        return self.state.filter(F.col(BUCKET) >= F.lit(low)).select(*like.columns)
+
+    def record_windows(self, w: WindowType, recs: DataFrame) -> DataFrame:
+        """A window per key and event time holding its records: the shape stored windows of
+        sessions and sliding windows are read in (``stored``, ``open_state``)."""
+        return (
+            recs.groupBy(*self.pipeline.keys, F.col(TS).alias("window_start"), F.col(TS).alias("window_end"))
+            .agg(*partials(self.pipeline), F.max(TS).alias(MAX_TS))
+            .withColumn(CLOSE, w.close(F.col("window_end")))
+            .withColumn(BUCKET, self.bucket())
+        )
 
 
 @dataclass
@@ -93,10 +134,104 @@ class Effect:
     open_windows: DataFrame  # windows (or keys) held in state after the batch
     limited: Limited | None = None  # until_time_limit: what the suppression buffer did (``ratelimit``)
     opened: DataFrame | None = None  # time windows: the windows the batch added to state
-    # the updates a suppression buffer takes (``ratelimit``), where the window type decides them:
-    # sliding windows: rows whose running merge is each update; session windows: one row per
-    # update (Kafka's forwards: tombstones ``GONE``), with ``POS``, ``STEP`` and merged partials
-    updates: DataFrame | None = None
+    updates: DataFrame | None = None  # when ``wants_updates``: each update (the shape below)
+
+
+# ---- the updates a suppression buffer takes ----------------------------------------------------
+# Every plan gives its updates (``Effect.updates``) in one shape, one row per update a record
+# makes, as Kafka forwards them record by record: the window (or key) it updates (``carried``),
+# the record's position (``POS``) and the update's place among its record's updates (``STEP``),
+# the stream time before and after the record, the update's time (``UPDATED_AT``, as Kafka stamps
+# it: the largest event time the window holds so far, a session's end, a plain table's record
+# time), whether it is a tombstone (``GONE``: a session merged away or extended) and the window's
+# partials after it (null for a tombstone). A suppression buffer (``ratelimit``) reads only this.
+
+
+def carried(p: Pipeline) -> list[str]:
+    """The columns naming the window (or key) an update or a buffer entry belongs to: its
+    identity, and both window bounds when windowed."""
+    ident = p.identity
+    return ident + (["window_end"] if p.windows is not None and "window_end" not in ident else [])
+
+
+def wants_updates(p: Pipeline) -> bool:
+    """Whether a plan gives its updates record by record (``Effect.updates``): for a
+    rate-limiting buffer, or a bounded one (checked after every record)."""
+    buf = p.suppression.buffer if p.suppression is not None else None
+    return p.rate_limited or (buf is not None and (buf.record_limit is not None or buf.byte_limit is not None))
+
+
+def running_updates(p: Pipeline, rows: DataFrame) -> DataFrame:
+    """Updates from ``rows`` whose running merge per window in arrival order is each update's
+    value: a window's stored partials first (no ``ARRIVAL``), then a row per record it holds,
+    ``TOUCH`` where the record updated it. Rows: the carried columns, ``ARRIVAL``,
+    ``STREAM_BEFORE``, ``STREAM_AFTER``, ``TS``, ``TOUCH``, partials."""
+    ident = p.identity
+    spec = (
+        f"PARTITION BY {', '.join(quoted(c) for c in ident)} ORDER BY {ARRIVAL} ASC NULLS FIRST "
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
+    )
+    updated_at = F.expr(f"max({TS}) OVER ({spec})") if p.windows is not None else F.col(TS)
+    running = rows.select(
+        *carried(p),
+        ARRIVAL,
+        STREAM_BEFORE,
+        STREAM_AFTER,
+        TOUCH,
+        updated_at.alias(UPDATED_AT),
+        *[F.expr(x.over(spec)).alias(x.column) for a in p.aggregates for x in a.partials],
+    ).filter(TOUCH)
+    step = F.lit(0)
+    if p.windows is not None:  # a record's updates go by window start
+        step = F.row_number().over(Window.partitionBy(ARRIVAL_POS).orderBy("window_start")) - 1
+    return running.select(
+        *carried(p),
+        F.col(ARRIVAL_POS).alias(POS),
+        step.cast("long").alias(STEP),
+        STREAM_BEFORE,
+        STREAM_AFTER,
+        UPDATED_AT,
+        F.lit(False).alias(GONE),
+        *partial_names(p),
+    )
+
+
+def stored_before(b: Batch, per_record: DataFrame) -> DataFrame:
+    """The stored partials of the windows (or keys) ``per_record`` updates, as rows that come
+    before every record in a running merge (``running_updates``): no arrival, not an update,
+    their latest event time as ``TS``."""
+    assert b.state is not None  # only called with stored state
+    p = b.pipeline
+    parts = partial_names(p)
+    return (
+        b.state.select(*carried(p), *parts, MAX_TS)
+        .join(per_record.select(*p.identity).distinct(), p.identity, "left_semi")
+        .select(
+            *carried(p),
+            F.lit(None).cast(per_record.schema[ARRIVAL].dataType).alias(ARRIVAL),
+            *[F.lit(None).cast("long").alias(c) for c in (STREAM_BEFORE, STREAM_AFTER)],
+            F.col(MAX_TS).alias(TS),
+            F.lit(False).alias(TOUCH),
+            *parts,
+        )
+    )
+
+
+# ---- a plan's counters --------------------------------------------------------------------------
+def lateness() -> dict[str, Column]:
+    """How late the batch's records were: average and largest stream time before minus event time."""
+    late_by = F.when(F.col(STREAM_BEFORE) > F.col(TS), F.col(STREAM_BEFORE) - F.col(TS)).otherwise(0)
+    return {"record_lateness_avg": F.avg(late_by).cast("double"), "record_lateness_max": F.max(late_by).cast("double")}
+
+
+def counters(dropped: Column, late: Column) -> dict[str, Column]:
+    """A windowed plan's counters over its per-record frame: the windows each record was too
+    late for (Kafka's drop metric counts each), the records too late for every window, lateness."""
+    return {
+        "late_record_drop_total": F.sum(dropped),
+        "late_records": F.sum(F.when(late, 1).otherwise(0)),
+        **lateness(),
+    }
 
 
 # ---- the columns of a pipeline's aggregates ---------------------------------------------------

@@ -2,12 +2,10 @@
 
 Every record that changes an aggregate makes an *update*: the key (and window), the record's
 arrival position, the stream time before and after it, the update's time (the record's event
-time; for a window, the largest event time in it so far, as Kafka stamps it) and the new value.
-The value after each update is a running merge, a window function per key (and window), so it
-runs in parallel: of the stored partials and the batch's per-record partials (plain tables,
-time windows), or of the stored window a sliding window starts from and the records it holds
-(``Effect.updates``); on session windows each update's value is merged from the members the
-session holds then, and a merge or extension also puts a tombstone for each session it replaced.
+time; for a window, the largest event time in it so far, as Kafka stamps it) and the new value;
+a session merge or extension also puts a tombstone for each session it replaced. Each window
+type's plan gives its updates in one shape (``Effect.updates``, told in ``batch``), so this
+module never asks which plan made them.
 
 The same fold measures ``until_window_closes``'s buffer for strict bounds on every window type
 (``held_until_close``): there every open window is an entry, leaving when it closes.
@@ -28,7 +26,6 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from ..definition.columns import (
-    ARRIVAL,
     ARRIVAL_POS,
     BUFFER_TIME,
     BYTES_CHANGE,
@@ -37,23 +34,19 @@ from ..definition.columns import (
     EMITTED_AT,
     ENTRY_KEY,
     GONE,
-    MAX_TS,
-    OPEN_STARTS,
     POS,
     SIZE,
     STEP,
     STREAM_AFTER,
     STREAM_BEFORE,
-    TOUCH,
     TS,
+    UPDATED_AT,
 )
 from ..definition.names import quoted
 from ..definition.pipeline import Pipeline
 from ..definition.suppress import EagerBufferConfig
-from ..definition.windows import TimeWindows
 from . import eviction
-from .batch import Batch, Effect, Limited, buffer_stats, finished, merges, partial_names, partials
-from .engine import assign
+from .batch import Batch, Effect, Limited, buffer_stats, carried, finished, merges
 
 # Columns of the fold, in this module only. In: an event's kind (EVENT_KIND, below),
 # whether a row is an update (TOUCH), the group folded together. Out (CHANGES): what happened
@@ -72,32 +65,17 @@ CHANGES = (
 )
 
 
-def identity(p: Pipeline) -> list[str]:
-    """Columns naming one buffer entry: the keys, and the window when windowed (a session by
-    both bounds, as a merge or extension makes a new session)."""
-    return [*p.keys, *p.windows.bounds] if p.windows is not None else list(p.keys)
-
-
-def _carried(p: Pipeline) -> list[str]:
-    """An entry's columns besides its value: its identity and, when windowed, both bounds."""
-    ident = identity(p)
-    return ident + (["window_end"] if p.windows is not None and "window_end" not in ident else [])
-
-
-def _merging(p: Pipeline) -> bool:
-    return p.windows is not None and p.windows.merges
-
-
 def _values(p: Pipeline) -> list[str]:
-    """An entry's value: the aggregates, and for merging windows whether it is a tombstone (``GONE``)."""
-    return [a.name for a in p.aggregates] + ([GONE] if _merging(p) else [])
+    """An entry's value: the aggregates, and whether it is a tombstone (``GONE``) where windows
+    merge (only they put tombstones in a buffer, whose table keeps the column then)."""
+    return [a.name for a in p.aggregates] + ([GONE] if p.windows is not None and p.windows.merges else [])
 
 
 def limit(b: Batch, effect: Effect) -> Effect:
     """``effect`` with its results replaced by what the buffer emits in batch ``b``."""
     p = b.pipeline
     s = p.suppression
-    ident, carried = identity(p), _carried(p)
+    ident, entry = p.identity, carried(p)
     values = _values(p)
     ups = _updates(b, effect).localCheckpoint(eager=True)  # read three times: by the fold and for two values
     stored = (
@@ -113,10 +91,10 @@ def limit(b: Batch, effect: Effect) -> Effect:
     # placement's joins and window again: 8 s of a tiny batch's 36 s, two workers on two cores)
     emits = _placed(b, changes.filter(f"{WHAT} = 'emit'")).localCheckpoint(eager=True)
     emitted = _with_values(emits, ups, stored, ident, values).select(
-        *carried, *values, *([] if GONE in values else [F.lit(False).alias(GONE)]), F.col(STREAM_TIME).alias(EMITTED_AT)
+        *entry, *values, *([] if GONE in values else [F.lit(False).alias(GONE)]), F.col(STREAM_TIME).alias(EMITTED_AT)
     )
     kept = _with_values(changes.filter(f"{WHAT} = 'keep'"), ups, stored, ident, values).select(
-        *carried, BUFFER_TIME, SIZE, ENTRY_KEY, *values
+        *entry, BUFFER_TIME, SIZE, ENTRY_KEY, *values
     )
     return replace(
         effect,
@@ -132,18 +110,16 @@ def held_until_close(b: Batch, effect: Effect) -> DataFrame:
     is put, a window leaves once stream time reaches its close), so this is the fold of a
     rate-limiting buffer with the window's close time as buffer time and no time limit."""
     p = b.pipeline
-    carried = _carried(p)
+    entry = carried(p)
     close = p.windows.close(F.col("window_end"))
     ups = _updates(b, effect, buffer_time=close)
     base = ups.drop(POS, STEP, STREAM_BEFORE, STREAM_AFTER)
     if b.state is None:
         stored = base.limit(0)
     else:
-        merged = b.state.filter(F.col(CLOSE) > b.time_before).groupBy(*carried).agg(*merges(p))  # open windows
-        stored = merged.select(*carried, close.alias(BUFFER_TIME), *finished(p))
-        if _merging(p):
-            stored = stored.withColumn(GONE, F.lit(False))
-        stored = stored.select(*carried, BUFFER_TIME, _size(p), _key(p), *_values(p))
+        merged = b.state.filter(F.col(CLOSE) > b.time_before).groupBy(*entry).agg(*merges(p))  # open windows
+        stored = merged.select(*entry, close.alias(BUFFER_TIME), *finished(p), F.lit(False).alias(GONE))
+        stored = stored.select(*entry, BUFFER_TIME, _size(p), _key(p), *_values(p))
     changes = _buffered(b, ups, stored, 0, eager=False)
     return buffer_stats(_sized(_placed(b, changes.filter(f"{WHAT} = 'emit'")), changes, stored))
 
@@ -169,8 +145,8 @@ def _buffered(b: Batch, ups: DataFrame, stored: DataFrame, limit_ms: int, eager:
     changes (``CHANGES``), checkpointed."""
     p = b.pipeline
     buf = p.suppression.buffer
-    ident, carried = identity(p), _carried(p)
-    base = [*carried, BUFFER_TIME, SIZE, ENTRY_KEY]
+    ident, entry = p.identity, carried(p)
+    base = [*entry, BUFFER_TIME, SIZE, ENTRY_KEY]
     members = stored.select(
         *base,
         F.lit(STORED).alias(EVENT_KIND),
@@ -190,10 +166,10 @@ def _buffered(b: Batch, ups: DataFrame, stored: DataFrame, limit_ms: int, eager:
         buckets = int(b.records.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200)
         grouped = members.withColumn(GROUP, F.pmod(F.xxhash64(*ident), F.lit(buckets))).groupBy(GROUP)
     key_schema = ", ".join(
-        f"{quoted(f.name)} {f.dataType.simpleString()}" for f in members.schema.fields if f.name in carried
+        f"{quoted(f.name)} {f.dataType.simpleString()}" for f in members.schema.fields if f.name in entry
     )
     fold = _fold(
-        carried, limit_ms, buf.record_limit if eager else None, buf.byte_limit if eager else None, eager, b.stream_time
+        entry, limit_ms, buf.record_limit if eager else None, buf.byte_limit if eager else None, eager, b.stream_time
     )
     return grouped.applyInPandas(fold, f"{key_schema}, {CHANGES}").localCheckpoint(eager=True)
 
@@ -206,8 +182,7 @@ def _size(p: Pipeline) -> Column:
         if len(p.aggregates) == 1
         else F.to_json(F.struct(*[a.name for a in p.aggregates]))
     )
-    if _merging(p):
-        text = F.when(~F.col(GONE), text)
+    text = F.when(~F.col(GONE), text)
     return F.coalesce(F.octet_length(text), F.lit(0)).cast("long").alias(SIZE)
 
 
@@ -217,54 +192,20 @@ def _key(p: Pipeline) -> Column:
 
 
 def _updates(b: Batch, effect: Effect, buffer_time: Column | None = None) -> DataFrame:
-    """One row per update: the entry it names, position, stream time before/after, update time
-    (or ``buffer_time``), value and its size."""
+    """The plan's updates (``Effect.updates``) as buffer entries, each timed by its update's
+    time (or ``buffer_time``), with its value (a tombstone's null) and the value's size."""
     p = b.pipeline
-    ident, carried = identity(p), _carried(p)
-    if _merging(p):
-        assert effect.updates is not None  # a session plan gives its forwards to a buffer that needs them
-        return _session_updates(b, effect.updates, buffer_time)
-    rows = effect.updates if effect.updates is not None else _time_rows(b)
-    spec = (
-        f"PARTITION BY {', '.join(quoted(c) for c in ident)} ORDER BY {ARRIVAL} ASC NULLS FIRST "
-        "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
-    )
-    if buffer_time is None:
-        buffer_time = F.expr(f"max({TS}) OVER ({spec})") if p.windows is not None else F.col(TS)
-    running = rows.select(
-        *carried,
-        ARRIVAL,
-        STREAM_BEFORE,
-        STREAM_AFTER,
-        TOUCH,
-        buffer_time.alias(BUFFER_TIME),
-        *[F.expr(x.over(spec)).alias(x.column) for a in p.aggregates for x in a.partials],
-    )
-    ups = running.filter(TOUCH)
-    step = F.lit(0)
-    if p.windows is not None:  # a record's updates go by window start
-        step = F.row_number().over(Window.partitionBy(POS).orderBy("window_start")) - 1
-    ups = ups.select(*carried, F.col(ARRIVAL_POS).alias(POS), STREAM_BEFORE, STREAM_AFTER, BUFFER_TIME, *finished(p))
-    return _entries(p, ups.withColumn(STEP, step.cast("long")))
-
-
-def _session_updates(b: Batch, forwards: DataFrame, buffer_time: Column | None) -> DataFrame:
-    """Kafka's forwards of a session plan as updates: a session's update time is its end (as
-    Kafka stamps it), a tombstone's value null."""
-    p = b.pipeline
+    assert effect.updates is not None  # a plan gives its updates to a buffer that needs them
     tombstone = F.col(GONE)
-    ups = forwards.select(
-        *identity(p),
+    ups = effect.updates.select(
+        *carried(p),
         POS,
         STEP,
+        STREAM_BEFORE,
+        STREAM_AFTER,
         GONE,
-        (buffer_time if buffer_time is not None else F.col("window_end")).alias(BUFFER_TIME),
+        (buffer_time if buffer_time is not None else F.col(UPDATED_AT)).alias(BUFFER_TIME),
         *[F.when(~tombstone, F.expr(a.finish)).alias(a.name) for a in p.aggregates],
-    ).join(
-        b.records.select(
-            F.col(ARRIVAL_POS).alias(POS), STREAM_BEFORE, F.greatest(STREAM_BEFORE, TS).alias(STREAM_AFTER)
-        ),
-        POS,
     )
     return _entries(p, ups)
 
@@ -274,7 +215,7 @@ def _entries(p: Pipeline, ups: DataFrame) -> DataFrame:
     entries), so its later ones find the stream time after the record."""
     first = F.col(STEP) == 0
     return ups.select(
-        *_carried(p),
+        *carried(p),
         POS,
         STEP,
         F.when(first, F.col(STREAM_BEFORE)).otherwise(F.col(STREAM_AFTER)).alias(STREAM_BEFORE),
@@ -286,43 +227,8 @@ def _entries(p: Pipeline, ups: DataFrame) -> DataFrame:
     )
 
 
-def _time_rows(b: Batch) -> DataFrame:
-    """Per record and entry it updates (``_touch``): the record's partials; before them the
-    stored partials of those entries (time windows and plain tables keep partials)."""
-    p = b.pipeline
-    ident, carried = identity(p), _carried(p)
-    recs = b.records.withColumn(STREAM_AFTER, F.greatest(STREAM_BEFORE, TS))
-    if isinstance(p.windows, TimeWindows):  # else a plain table (the other plans give their updates)
-        recs = (
-            assign(recs, p.windows)
-            .withColumn("window_start", F.explode(OPEN_STARTS))
-            .withColumn("window_end", F.col("window_start") + p.windows.size_ms)
-        )
-    per_record = (
-        recs.groupBy(*carried, ARRIVAL, STREAM_BEFORE, STREAM_AFTER, TS)
-        .agg(*partials(p))
-        .withColumn(TOUCH, F.lit(True))
-    )
-    if b.state is None:
-        return per_record
-    parts = partial_names(p)
-    stored = (
-        b.state.select(*carried, *parts, MAX_TS)
-        .join(per_record.select(*ident).distinct(), ident, "left_semi")
-        .select(
-            *carried,
-            F.lit(None).cast(per_record.schema[ARRIVAL].dataType).alias(ARRIVAL),
-            *[F.lit(None).cast("long").alias(c) for c in (STREAM_BEFORE, STREAM_AFTER)],
-            F.col(MAX_TS).alias(TS),
-            *parts,
-            F.lit(False).alias(TOUCH),
-        )
-    )
-    return per_record.unionByName(stored)
-
-
 def _fold(
-    carried: list[str],
+    entry: list[str],
     limit_ms: int,
     max_records: int | None,
     max_bytes: int | None,
@@ -335,23 +241,23 @@ def _fold(
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
         groups: dict[object, list[dict]] = {}
         for r in pdf.drop(columns=GROUP).to_dict("records"):
-            groups.setdefault(None if eager else tuple(r[c] for c in carried), []).append(r)
+            groups.setdefault(None if eager else tuple(r[c] for c in entry), []).append(r)
         out = []
         for rows in groups.values():
             buf = eviction.Buffer(limit_ms, max_records, max_bytes, eager)
             buf.load(
-                eviction.Entry(tuple(r[c] for c in carried), _entry_order(r), int(r[BUFFER_TIME]), int(r[SIZE]))
+                eviction.Entry(tuple(r[c] for c in entry), _entry_order(r), int(r[BUFFER_TIME]), int(r[SIZE]))
                 for r in rows
                 if r[EVENT_KIND] == STORED
             )
             events = [
-                _event(r, carried)
+                _event(r, entry)
                 for r in sorted(
                     (r for r in rows if r[EVENT_KIND] != STORED), key=lambda r: (r[POS], r[EVENT_KIND], r[STEP] or 0)
                 )
             ]
             out += [_change_row(c) for c in eviction.fold(buf, events, stream_time, end_known=eager)]
-        return pd.DataFrame(out, columns=[*carried, *_CHANGE_COLUMNS])
+        return pd.DataFrame(out, columns=[*entry, *_CHANGE_COLUMNS])
 
     return run
 
@@ -360,12 +266,12 @@ def _entry_order(r: dict) -> tuple:
     return r[ENTRY_KEY], r.get("window_start") or 0, r.get("window_end") or 0
 
 
-def _event(r: dict, carried: list[str]) -> eviction.Update | eviction.Tick:
+def _event(r: dict, entry: list[str]) -> eviction.Update | eviction.Tick:
     """A row of ``_fold``'s input as what the buffer processes: an update, or a tick of stream time."""
     if r[EVENT_KIND] == TICK:
         return eviction.Tick(int(r[POS]), int(r[STREAM_AFTER]))
     return eviction.Update(
-        tuple(r[c] for c in carried),
+        tuple(r[c] for c in entry),
         _entry_order(r),
         int(r[POS]),
         int(r[STREAM_BEFORE]),

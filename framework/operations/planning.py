@@ -19,8 +19,8 @@ from pyspark.sql import functions as F
 from ..definition.columns import TS
 from ..definition.pipeline import Pipeline
 from ..errors import BufferFullError
-from ..execution import engine, ratelimit
-from ..execution.batch import collected_stats
+from ..execution import plans, ratelimit
+from ..execution.batch import Batch, Effect, collected_stats
 from ..execution.sources import BatchInput
 from ..execution.streamtime import arrival_order, at_batch_start, to_datetime, to_epoch_millis, with_stream_time
 from ..storage import classic, sinks, state, tables, writes
@@ -35,7 +35,7 @@ SCAN_RECORDS_PER_PARTITION = 200_000  # below this a batch's stream-time scan ru
 class Plan:
     """A planned batch and its counts."""
 
-    effect: engine.Effect
+    effect: Effect
     stream_time: int | None
     counts: dict  # the effect's counters
     closed: int  # windows closed
@@ -94,7 +94,7 @@ def plan(
     records, sta = _with_stream_time(s, p, seq, inp, stb, batch_end)
 
     held = state.windows(s.spark, t.state, read_version)
-    batch = engine.Batch(
+    batch = Batch(
         pipeline=p,
         seq=seq,
         records=records,
@@ -106,7 +106,7 @@ def plan(
         keep=kept,
         event_times=(inp.min_ts, inp.max_ts) if inp.min_ts is not None and inp.max_ts is not None else None,
     )
-    effect = engine.effect_of(batch)
+    effect = plans.effect_of(batch)
     if p.rate_limited:
         effect = ratelimit.limit(batch, effect)
     open_before = last.windows_open if last else 0
@@ -176,7 +176,7 @@ def _with_stream_time(
     s: Settings, p: Pipeline, seq: int, inp: BatchInput, stb: int | None, batch_end: dt.datetime | None
 ) -> tuple[DataFrame, int | None]:
     """The records with their stream time before each, and the stream time after the batch."""
-    if engine.needs_order(p):
+    if plans.needs_order(p):
         order = arrival_order(inp.frame, TS, p.arrival, p.keys)
         parallelism = max(1, min(s.partitions, inp.count // SCAN_RECORDS_PER_PARTITION))
         records, sta = with_stream_time(inp.frame, order, TS, seq, stb, p.lateness == "record", parallelism, inp.max_ts)

@@ -41,7 +41,7 @@ from ..definition.pipeline import Pipeline
 from ..errors import QualityGateError
 from ..storage import locks, tables
 from . import datadocs
-from .suites import digest, identity, load_suite, row_by_row, suite_file
+from .suites import digest, load_suite, row_by_row, suite_file
 
 log = logging.getLogger("framework.quality")
 
@@ -401,7 +401,7 @@ def validate_added(
 def _published_twins(p: Pipeline, staged: DataFrame, published: DataFrame) -> DataFrame:
     """Published rows with the key and window of a staged row. Reading only the staged rows'
     window_start range lets Delta skip the files of older windows."""
-    ident = identity(p)
+    ident = p.identity
     bounds = staged.agg(F.min("window_start"), F.max("window_start")).first()
     assert bounds is not None  # an aggregate without grouping has one row
     low, high = bounds
@@ -436,7 +436,7 @@ def gate(
     if staged_rows.isEmpty():
         return Report(p.name, batch_id, (), dt.datetime.now(dt.timezone.utc).replace(tzinfo=None))
     frame = staged_rows.withColumn(ORIGIN, F.lit("staged"))
-    if p.suppressed_final and published_table_df is not None and set(identity(p)) <= set(staged_rows.columns):
+    if p.suppressed_final and published_table_df is not None and set(p.identity) <= set(staged_rows.columns):
         frame = frame.unionByName(_published_twins(p, staged_rows, published_table_df), allowMissingColumns=True)
     report = _run(spark, p, frame, batch_id, warehouse_root, expectations_dir)
     report.raise_for_failures(

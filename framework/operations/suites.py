@@ -37,13 +37,14 @@ DEFAULT_DIR = _CHECKOUT_DIR if _CHECKOUT_DIR.is_dir() else Path("expectations")
 SEVERITIES = ("critical", "warning")
 
 
-def identity(p: Pipeline) -> list[str]:
-    return [*p.keys] + (["window_start", "window_end"] if p.windows is not None else [])
+def _keys_and_bounds(p: Pipeline) -> list[str]:
+    """The key columns, then both window bounds when windowed: never null in a results table."""
+    return [*p.keys, *(["window_start", "window_end"] if p.windows is not None else [])]
 
 
 def _output_columns(p: Pipeline) -> set[str]:
     """Columns of the pipeline's results table, after its stateless steps."""
-    columns = identity(p) + [a.name for a in p.aggregates]
+    columns = [*_keys_and_bounds(p), *[a.name for a in p.aggregates]]
     for step in p.steps:
         if step.op == "with_column":
             columns.append(step.args[0])
@@ -84,7 +85,8 @@ def _template(p: Pipeline) -> list[dict]:
     """The default expectations, filled in for ``p`` and kept to its kind of sink and the columns
     its table has."""
     facts = {
-        "$identity": identity(p),
+        "$identity": p.identity,
+        "$keys_and_bounds": _keys_and_bounds(p),
         "$counts": [a.name for a in p.aggregates if a.function == "count"],
         "$end_may_equal_start": p.windows is not None and p.windows.end_inclusive,
     }
@@ -156,7 +158,7 @@ def row_by_row(p: Pipeline, suite: gx.ExpectationSuite) -> bool:
     its own, except uniqueness over columns that include the key and window, which rows with
     another key or window cannot break. Aggregate expectations (row counts, means) and
     uniqueness of other columns need the whole table."""
-    ident = set(identity(p))
+    ident = set(p.identity)
     for e in suite.expectations:
         if not isinstance(e, (ColumnMapExpectation, ColumnPairMapExpectation, MulticolumnMapExpectation)):
             return False

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from ..definition.columns import BUCKET, CLOSE, ENTRY, GONE, SEQ
 from ..definition.pipeline import Pipeline
-from ..execution import engine
+from ..execution.batch import Effect
 from ..execution.streamtime import NO_TIME
 from . import tables, writes
 
@@ -38,7 +38,7 @@ def commit(
     spark: SparkSession,
     path: str,
     p: Pipeline,
-    effect: engine.Effect,
+    effect: Effect,
     bookkeeping: DataFrame,
     sta: int | None,
     tag: str,
@@ -80,9 +80,7 @@ def commit(
     )
 
 
-def write_buffer(
-    spark: SparkSession, path: str | None, effect: engine.Effect, base: int | None, tag: str
-) -> int | None:
+def write_buffer(spark: SparkSession, path: str | None, effect: Effect, base: int | None, tag: str) -> int | None:
     """The rate-limiting buffer: the buffer after the batch replaces the one before."""
     if effect.limited is None:
         return base

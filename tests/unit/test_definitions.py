@@ -12,7 +12,7 @@ def test_every_window_type_answers_what_the_layers_above_ask():
     """The layers above ask a window type, never test its class: which plan computes it, what
     names one window, whether its end is in it, whether state holds it after it closes, whether
     windows merge, whether its plan scans records in arrival order. A new type answers all."""
-    from framework.execution.engine import PLANS
+    from framework.execution.plans import PLANS
 
     answers = {
         t.__name__: (t.kind, t.bounds, t.end_inclusive, t.held_after_close, t.merges, t.scans_in_order)

@@ -18,7 +18,9 @@ def test_suite_is_the_template_for_the_window_type_plus_the_pipeline_file(suites
     assert ("expect_column_values_to_be_between", "critical", "user_alerts.json") in kinds
     assert ("expect_column_max_to_be_between", "warning", "user_alerts.json") in kinds
     [unique] = [e for e in own.expectations if e.expectation_type == "expect_compound_columns_to_be_unique"]
-    assert unique.column_list == ["user_id", "window_start", "window_end"]
+    assert unique.column_list == ["user_id", "window_start"]  # a time window is named by its start
+    not_null = {e.column for e in own.expectations if e.expectation_type == "expect_column_values_to_not_be_null"}
+    assert {"user_id", "window_start", "window_end", "emitted_stream_time"} <= not_null
 
     sessions = (
         Pipeline("visits")
@@ -27,12 +29,15 @@ def test_suite_is_the_template_for_the_window_type_plus_the_pipeline_file(suites
         .aggregate(agg.count("n"))
         .to("visits_by_session")
     )  # emit-on-update: no close check
+    session_suite = load_suite(sessions, suites).expectations
     pairs = {
         (e.column_A, e.column_B): e.or_equal
-        for e in load_suite(sessions, suites).expectations
+        for e in session_suite
         if e.expectation_type == "expect_column_pair_values_a_to_be_greater_than_b"
     }
     assert pairs == {("window_end", "window_start"): True}
+    [unique] = [e for e in session_suite if e.expectation_type == "expect_compound_columns_to_be_unique"]
+    assert unique.column_list == ["user_id", "window_start", "window_end"]  # a session by both bounds
 
 
 def test_a_rate_limited_log_repeats_windows_so_it_gets_no_uniqueness_or_close_check():
