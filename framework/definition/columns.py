@@ -27,7 +27,8 @@ Per window in ``_state``'s window rows (and in the rows a batch plans):
 - ``BUCKET``        ``CLOSE // bucket``: the partition, so closing reads only due buckets
 - ``MAX_TS``        the latest event time the window holds (for sliding windows, Kafka's
                     timestamp of the window, which the fold finds previous records by)
-- ``GONE``          in planned state changes and sink rows only: the row is deleted (a merged-away session)
+- ``GONE``          in planned state changes and sink rows only: the row is deleted (a session
+                    merged away, or replaced by an extension)
 
 In ``_state``, where window state shares one Delta table with what the framework keeps about
 each batch (``framework.storage.ledger``): a row whose ``BUCKET`` is ``LEDGER_BUCKET`` is a ledger

@@ -302,6 +302,12 @@ class Pipeline:
         the keys, and the window type's ``bounds`` when windowed."""
         return [*self.keys, *(self.windows.bounds if self.windows is not None else ())]
 
+    @property
+    def keys_and_bounds(self) -> list[str]:
+        """The keys, then both window bounds when windowed: what every state row, result row,
+        update and buffer entry carries to say which window (or key) it is about."""
+        return [*self.keys, *(["window_start", "window_end"] if self.windows is not None else [])]
+
     def check_complete(self) -> "Pipeline":
         """Raise unless the pipeline is ready to run (has group_by, aggregate and to)."""
         self._need("run", "group_by", "aggregate", "to")

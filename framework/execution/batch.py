@@ -1,5 +1,5 @@
 """What a batch's plan works from and yields (``Batch``, ``Effect``, ``Limited``), the one
-shape of the updates every plan gives a suppression buffer (``UPDATES``), and the columns its
+shape of the updates every plan gives a suppression buffer, and the columns its
 aggregates build: shared by ``plans``, a plan per window type, and ``ratelimit``, which replaces
 an effect's results by what a suppression buffer emits, so neither imports the other for them."""
 
@@ -139,19 +139,13 @@ class Effect:
 
 # ---- the updates a suppression buffer takes ----------------------------------------------------
 # Every plan gives its updates (``Effect.updates``) in one shape, one row per update a record
-# makes, as Kafka forwards them record by record: the window (or key) it updates (``carried``),
+# makes, as Kafka forwards them record by record: the window (or key) it updates
+# (``Pipeline.keys_and_bounds``),
 # the record's position (``POS``) and the update's place among its record's updates (``STEP``),
 # the stream time before and after the record, the update's time (``UPDATED_AT``, as Kafka stamps
 # it: the largest event time the window holds so far, a session's end, a plain table's record
 # time), whether it is a tombstone (``GONE``: a session merged away or extended) and the window's
 # partials after it (null for a tombstone). A suppression buffer (``ratelimit``) reads only this.
-
-
-def carried(p: Pipeline) -> list[str]:
-    """The columns naming the window (or key) an update or a buffer entry belongs to: its
-    identity, and both window bounds when windowed."""
-    ident = p.identity
-    return ident + (["window_end"] if p.windows is not None and "window_end" not in ident else [])
 
 
 def wants_updates(p: Pipeline) -> bool:
@@ -164,7 +158,7 @@ def wants_updates(p: Pipeline) -> bool:
 def running_updates(p: Pipeline, rows: DataFrame) -> DataFrame:
     """Updates from ``rows`` whose running merge per window in arrival order is each update's
     value: a window's stored partials first (no ``ARRIVAL``), then a row per record it holds,
-    ``TOUCH`` where the record updated it. Rows: the carried columns, ``ARRIVAL``,
+    ``TOUCH`` where the record updated it. Rows: the keys and bounds, ``ARRIVAL``,
     ``STREAM_BEFORE``, ``STREAM_AFTER``, ``TS``, ``TOUCH``, partials."""
     ident = p.identity
     spec = (
@@ -173,7 +167,7 @@ def running_updates(p: Pipeline, rows: DataFrame) -> DataFrame:
     )
     updated_at = F.expr(f"max({TS}) OVER ({spec})") if p.windows is not None else F.col(TS)
     running = rows.select(
-        *carried(p),
+        *p.keys_and_bounds,
         ARRIVAL,
         STREAM_BEFORE,
         STREAM_AFTER,
@@ -185,7 +179,7 @@ def running_updates(p: Pipeline, rows: DataFrame) -> DataFrame:
     if p.windows is not None:  # a record's updates go by window start
         step = F.row_number().over(Window.partitionBy(ARRIVAL_POS).orderBy("window_start")) - 1
     return running.select(
-        *carried(p),
+        *p.keys_and_bounds,
         F.col(ARRIVAL_POS).alias(POS),
         step.cast("long").alias(STEP),
         STREAM_BEFORE,
@@ -196,18 +190,26 @@ def running_updates(p: Pipeline, rows: DataFrame) -> DataFrame:
     )
 
 
-def stored_before(b: Batch, per_record: DataFrame) -> DataFrame:
-    """The stored partials of the windows (or keys) ``per_record`` updates, as rows that come
-    before every record in a running merge (``running_updates``): no arrival, not an update,
-    their latest event time as ``TS``."""
-    assert b.state is not None  # only called with stored state
+def partial_updates(b: Batch, held: DataFrame) -> DataFrame:
+    """Updates of the windows (or keys) whose state is a log of partials (time windows, plain
+    tables): ``held`` has a row per record and window it lands in (its keys and bounds); each
+    record's partials, after the window's stored partials (no arrival, not an update, their
+    latest event time as ``TS``), make the running merge."""
     p = b.pipeline
+    after = F.greatest(STREAM_BEFORE, TS).alias(STREAM_AFTER)
+    per_record = (
+        held.groupBy(*p.keys_and_bounds, ARRIVAL, STREAM_BEFORE, after, TS)
+        .agg(*partials(p))
+        .withColumn(TOUCH, F.lit(True))
+    )
+    if b.state is None:
+        return running_updates(p, per_record)
     parts = partial_names(p)
-    return (
-        b.state.select(*carried(p), *parts, MAX_TS)
+    stored = (
+        b.state.select(*p.keys_and_bounds, *parts, MAX_TS)
         .join(per_record.select(*p.identity).distinct(), p.identity, "left_semi")
         .select(
-            *carried(p),
+            *p.keys_and_bounds,
             F.lit(None).cast(per_record.schema[ARRIVAL].dataType).alias(ARRIVAL),
             *[F.lit(None).cast("long").alias(c) for c in (STREAM_BEFORE, STREAM_AFTER)],
             F.col(MAX_TS).alias(TS),
@@ -215,6 +217,7 @@ def stored_before(b: Batch, per_record: DataFrame) -> DataFrame:
             *parts,
         )
     )
+    return running_updates(p, per_record.unionByName(stored))
 
 
 # ---- a plan's counters --------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from ..definition.names import quoted
 from ..definition.pipeline import Pipeline
 from ..definition.suppress import EagerBufferConfig
 from . import eviction
-from .batch import Batch, Effect, Limited, buffer_stats, carried, finished, merges
+from .batch import Batch, Effect, Limited, buffer_stats, finished, merges
 
 # Columns of the fold, in this module only. In: an event's kind (EVENT_KIND, below),
 # whether a row is an update (TOUCH), the group folded together. Out (CHANGES): what happened
@@ -75,7 +75,7 @@ def limit(b: Batch, effect: Effect) -> Effect:
     """``effect`` with its results replaced by what the buffer emits in batch ``b``."""
     p = b.pipeline
     s = p.suppression
-    ident, entry = p.identity, carried(p)
+    ident, entry = p.identity, p.keys_and_bounds
     values = _values(p)
     ups = _updates(b, effect).localCheckpoint(eager=True)  # read three times: by the fold and for two values
     stored = (
@@ -110,7 +110,7 @@ def held_until_close(b: Batch, effect: Effect) -> DataFrame:
     is put, a window leaves once stream time reaches its close), so this is the fold of a
     rate-limiting buffer with the window's close time as buffer time and no time limit."""
     p = b.pipeline
-    entry = carried(p)
+    entry = p.keys_and_bounds
     close = p.windows.close(F.col("window_end"))
     ups = _updates(b, effect, buffer_time=close)
     base = ups.drop(POS, STEP, STREAM_BEFORE, STREAM_AFTER)
@@ -145,7 +145,7 @@ def _buffered(b: Batch, ups: DataFrame, stored: DataFrame, limit_ms: int, eager:
     changes (``CHANGES``), checkpointed."""
     p = b.pipeline
     buf = p.suppression.buffer
-    ident, entry = p.identity, carried(p)
+    ident, entry = p.identity, p.keys_and_bounds
     base = [*entry, BUFFER_TIME, SIZE, ENTRY_KEY]
     members = stored.select(
         *base,
@@ -198,7 +198,7 @@ def _updates(b: Batch, effect: Effect, buffer_time: Column | None = None) -> Dat
     assert effect.updates is not None  # a plan gives its updates to a buffer that needs them
     tombstone = F.col(GONE)
     ups = effect.updates.select(
-        *carried(p),
+        *p.keys_and_bounds,
         POS,
         STEP,
         STREAM_BEFORE,
@@ -215,7 +215,7 @@ def _entries(p: Pipeline, ups: DataFrame) -> DataFrame:
     entries), so its later ones find the stream time after the record."""
     first = F.col(STEP) == 0
     return ups.select(
-        *carried(p),
+        *p.keys_and_bounds,
         POS,
         STEP,
         F.when(first, F.col(STREAM_BEFORE)).otherwise(F.col(STREAM_AFTER)).alias(STREAM_BEFORE),

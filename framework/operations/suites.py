@@ -37,14 +37,9 @@ DEFAULT_DIR = _CHECKOUT_DIR if _CHECKOUT_DIR.is_dir() else Path("expectations")
 SEVERITIES = ("critical", "warning")
 
 
-def _keys_and_bounds(p: Pipeline) -> list[str]:
-    """The key columns, then both window bounds when windowed: never null in a results table."""
-    return [*p.keys, *(["window_start", "window_end"] if p.windows is not None else [])]
-
-
 def _output_columns(p: Pipeline) -> set[str]:
     """Columns of the pipeline's results table, after its stateless steps."""
-    columns = [*_keys_and_bounds(p), *[a.name for a in p.aggregates]]
+    columns = [*p.keys_and_bounds, *[a.name for a in p.aggregates]]
     for step in p.steps:
         if step.op == "with_column":
             columns.append(step.args[0])
@@ -86,7 +81,7 @@ def _template(p: Pipeline) -> list[dict]:
     its table has."""
     facts = {
         "$identity": p.identity,
-        "$keys_and_bounds": _keys_and_bounds(p),
+        "$keys_and_bounds": p.keys_and_bounds,
         "$counts": [a.name for a in p.aggregates if a.function == "count"],
         "$end_may_equal_start": p.windows is not None and p.windows.end_inclusive,
     }

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ...definition.columns import ARRIVAL, BUCKET, CLOSE, GONE, MAX_TS, STREAM_AFTER, STREAM_BEFORE, TOUCH, TS
-from ..batch import Batch, Effect, finished, lateness, merges, partials, running_updates, stored_before, wants_updates
+from ...definition.columns import BUCKET, CLOSE, GONE, MAX_TS, TS
+from ..batch import Batch, Effect, finished, lateness, merges, partial_updates, partials, wants_updates
 
 NEVER = 2**62  # close time of a plain table's rows: they never close
 
@@ -41,19 +40,5 @@ def plan(b: Batch) -> Effect:
         counted=counted,
         counters=counters,
         open_windows=still_open,
-        updates=_updates(b) if wants_updates(p) else None,
+        updates=partial_updates(b, b.records) if wants_updates(p) else None,
     )
-
-
-def _updates(b: Batch) -> DataFrame:
-    """Each record's update of its key: the key's stored partials, then the record's."""
-    p = b.pipeline
-    keys = list(p.keys)
-    per_record = (
-        b.records.groupBy(*keys, ARRIVAL, STREAM_BEFORE, F.greatest(STREAM_BEFORE, TS).alias(STREAM_AFTER), TS)
-        .agg(*partials(p))
-        .withColumn(TOUCH, F.lit(True))
-    )
-    if b.state is not None:
-        per_record = per_record.unionByName(stored_before(b, per_record))
-    return running_updates(p, per_record)

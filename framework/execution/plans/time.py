@@ -11,7 +11,6 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ...definition.columns import (
-    ARRIVAL,
     BUCKET,
     CLOSE,
     GONE,
@@ -20,14 +19,12 @@ from ...definition.columns import (
     N_STARTS,
     OPEN_STARTS,
     STARTS,
-    STREAM_AFTER,
     STREAM_BEFORE,
-    TOUCH,
     TS,
 )
 from ...definition.pipeline import Pipeline
 from ...definition.windows import TimeWindows
-from ..batch import Batch, Effect, counters, finished, merges, partials, running_updates, stored_before, wants_updates
+from ..batch import Batch, Effect, counters, finished, merges, partial_updates, partials, wants_updates
 
 
 def plan(b: Batch, w: TimeWindows) -> Effect:
@@ -67,24 +64,10 @@ def plan(b: Batch, w: TimeWindows) -> Effect:
         counters=counters(F.col(N_STARTS) - F.col(N_OPEN_STARTS), F.col(N_OPEN_STARTS) == 0),
         open_windows=still_open,
         opened=_new_windows(b, w, batch_partials.select(*ident)),
-        updates=_updates(b, w, held) if wants_updates(p) else None,
+        updates=partial_updates(b, held.withColumn("window_end", F.col("window_start") + w.size_ms))
+        if wants_updates(p)
+        else None,
     )
-
-
-def _updates(b: Batch, w: TimeWindows, held: DataFrame) -> DataFrame:
-    """Each record's updates, one per window it lands in: the window's stored partials, then
-    the records'."""
-    p = b.pipeline
-    end = (F.col("window_start") + w.size_ms).alias("window_end")
-    after = F.greatest(STREAM_BEFORE, TS).alias(STREAM_AFTER)
-    per_record = (
-        held.groupBy(*p.identity, end, ARRIVAL, STREAM_BEFORE, after, TS)
-        .agg(*partials(p))
-        .withColumn(TOUCH, F.lit(True))
-    )
-    if b.state is not None:
-        per_record = per_record.unionByName(stored_before(b, per_record))
-    return running_updates(p, per_record)
 
 
 def _new_windows(b: Batch, w: TimeWindows, windows: DataFrame) -> DataFrame:
