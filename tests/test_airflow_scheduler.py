@@ -86,14 +86,23 @@ def _serve(env: dict, processes: dict, logs: Path, parsed, dags: str) -> None:
     )
     _start(env, processes, logs, "dag-processor", ["dag-processor"])
     _wait("the DAGs to be parsed", parsed, processes, logs, 600)
-    unpaused = subprocess.run(
-        [AIRFLOW, "dags", "unpause", "--treat-dag-id-as-regex", "-y", dags],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert unpaused.returncode == 0, unpaused.stdout + unpaused.stderr
+    _cli(env, "dags", "unpause", "--treat-dag-id-as-regex", "-y", dags)
+
+
+def _cli(env: dict, *args: str) -> None:
+    """Run ``airflow <args>`` and assert it succeeded, retrying while SQLite reports its lock.
+
+    The scheduler, the dag-processor and the api-server write the same SQLite file. SQLite answers
+    "database is locked" at once, without its busy timeout, when a transaction that read must upgrade
+    to write while another writes; Airflow undoes a half-made backfill on that error so that the user
+    can retry it (``_cleanup_partial_backfill``). This is that user.
+    """
+    for attempt in range(6):
+        done = subprocess.run([AIRFLOW, *args], env=env, capture_output=True, text=True, timeout=600)
+        if done.returncode == 0 or "database is locked" not in done.stdout + done.stderr:
+            break
+        time.sleep(5)
+    assert done.returncode == 0, f"airflow {' '.join(args)} (attempt {attempt + 1}):\n" + done.stdout + done.stderr
 
 
 def _query(root: Path, sql: str, *args) -> list[tuple]:
@@ -144,39 +153,25 @@ def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays
         # user_alerts, its replay DAG and the notifications DAG downstream of its results asset
         _serve(env, processes, logs, parsed, "^user_alert")
         last = (START + dt.timedelta(hours=HOURS - 1)).isoformat()
-        created = subprocess.run(
-            [
-                AIRFLOW,
-                "backfill",
-                "create",
-                "--dag-id",
-                DAG_ID,
-                "--from-date",
-                START.isoformat(),
-                "--to-date",
-                last,
-                "--reprocess-behavior",
-                "failed",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
+        _cli(
+            env,
+            "backfill",
+            "create",
+            "--dag-id",
+            DAG_ID,
+            "--from-date",
+            START.isoformat(),
+            "--to-date",
+            last,
+            "--reprocess-behavior",
+            "failed",
         )
-        assert created.returncode == 0, created.stdout + created.stderr
         _start(env, processes, logs, "scheduler", ["scheduler", "--skip-serve-logs"])
         runs = _wait(f"{HOURS} successful runs", lambda: _succeeded(tmp_path, DAG_ID, HOURS), processes, logs, DEADLINE)
 
         # the replay DAG, triggered with params, re-runs the last batch through spark-submit --replay
         conf = json.dumps({"start": last})
-        triggered = subprocess.run(
-            [AIRFLOW, "dags", "trigger", f"{DAG_ID}_replay", "--conf", conf],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert triggered.returncode == 0, triggered.stdout + triggered.stderr
+        _cli(env, "dags", "trigger", f"{DAG_ID}_replay", "--conf", conf)
         _wait("the replay run", lambda: _succeeded(tmp_path, f"{DAG_ID}_replay", 1), processes, logs, DEADLINE)
         _wait(
             "notifications runs consuming every asset event",
@@ -187,10 +182,7 @@ def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays
         )
         delivered = _outbox(spark, tmp_path)
         # a retry of each notify task (cleared, run again by the scheduler) adds nothing
-        cleared = subprocess.run(
-            [AIRFLOW, "tasks", "clear", NOTIFY, "-y"], env=env, capture_output=True, text=True, timeout=300
-        )
-        assert cleared.returncode == 0, cleared.stdout + cleared.stderr
+        _cli(env, "tasks", "clear", NOTIFY, "-y")
         _wait("the notify retries", lambda: _notified(tmp_path, tries=2), processes, logs, DEADLINE)
     finally:
         for p in processes.values():
