@@ -8,6 +8,7 @@ from datetime import timedelta as td
 from pyspark.sql import functions as F
 
 from framework import BufferConfig, Pipeline, Runtime, Suppressed, TimeWindows, agg
+from framework.operations.settings import LOCAL_FOLD_RECORDS
 
 AGGREGATES = (
     agg.count("n"),
@@ -104,3 +105,11 @@ def unsunk(name, suppressed=None, **options):
         .aggregate(agg.count("n"), agg.sum("v", "total"))
         .suppress(suppressed or Suppressed.until_window_closes(BufferConfig.unbounded()))
     )
+
+
+def distributed(spark):
+    """A session whose rate-limited batches fold their buffer in Spark tasks, however small (a
+    small batch folds on the driver): tests run each rate-limiting case both ways."""
+    session = spark.newSession()
+    session.conf.set(LOCAL_FOLD_RECORDS, "0")
+    return session

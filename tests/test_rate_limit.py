@@ -18,7 +18,7 @@ from datetime import timedelta as td
 
 import pytest
 import reference as ref
-from harness import frame, in_parallel, run_stream
+from harness import distributed, frame, in_parallel, run_stream
 
 from framework import (
     BufferConfig,
@@ -77,13 +77,14 @@ def table(name, limit, buffer, records, slots, emits):
 
 @pytest.fixture(scope="module")
 def spark_runs(spark, tmp_path_factory):
-    """Every table through Spark and Delta, as one batch and as two (``halves``), run
-    concurrently (each run is a few tiny batches: most of their time is commit latency)."""
+    """Every table through Spark and Delta, as one batch (its buffer folded on the driver) and as
+    two (``halves``, folded in Spark tasks), run concurrently (each run is a few tiny batches:
+    most of their time is commit latency)."""
     lake = tmp_path_factory.mktemp("kip328")
 
     def run(name, split):
         limit, buffer, records, _, _ = TABLES[name]
-        rt = Runtime(spark.newSession(), f"{lake}/{split}", quality=False)
+        rt = Runtime(spark.newSession() if split == "one" else distributed(spark), f"{lake}/{split}", quality=False)
         p = pipeline(name, limit, buffer)
         stream = [(k, ts, v) for k, v, ts in records]
         last = run_stream(rt, p, [stream] if split == "one" else halves(stream), value_type=STRING)[-1]

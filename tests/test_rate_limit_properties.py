@@ -9,7 +9,7 @@ import random
 
 import pytest
 import reference as ref
-from harness import in_parallel, run_stream
+from harness import distributed, in_parallel, run_stream
 
 from framework import (
     BufferConfig,
@@ -118,7 +118,8 @@ def example_run(spark, lake, name):
 
 @pytest.fixture(scope="module")
 def random_runs(spark, tmp_path_factory):
-    """The property cases as one batch and split, and the hand-written examples, run concurrently."""
+    """The property cases as one batch (folded on the driver) and split (in Spark tasks), and the
+    hand-written examples, run concurrently."""
     lake = tmp_path_factory.mktemp("rate-prop")
 
     def run(seed, split):
@@ -131,7 +132,7 @@ def random_runs(spark, tmp_path_factory):
             .suppress(Suppressed.until_time_limit(limit, buffer))
             .to("out")
         )
-        rt = Runtime(spark.newSession(), f"{lake}/{split}", quality=False)
+        rt = Runtime(distributed(spark) if split == "split" else spark.newSession(), f"{lake}/{split}", quality=False)
         run_stream(rt, p, [recs] if split == "one" else batches, value_type=STRING)
         if not tables.exists(rt.spark, rt.tables(p).output):
             return (seed, split), []

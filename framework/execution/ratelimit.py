@@ -22,8 +22,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pandas as pd
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, Row, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
 from ..definition.columns import (
     ARRIVAL_POS,
@@ -71,13 +72,17 @@ def _values(p: Pipeline) -> list[str]:
     return [a.name for a in p.aggregates] + ([GONE] if p.windows is not None and p.windows.merges else [])
 
 
-def limit(b: Batch, effect: Effect) -> Effect:
-    """``effect`` with its results replaced by what the buffer emits in batch ``b``."""
+def limit(b: Batch, effect: Effect, locally: bool = False) -> Effect:
+    """``effect`` with its results replaced by what the buffer emits in batch ``b``. ``locally``:
+    the batch is small (its records and the stored entries, ``planning``'s choice), so the
+    updates, the entries and the stream time after each record are collected in one query and
+    folded on the driver (``_limited_locally``): a small batch does not pay for the distributed
+    fold's three checkpoints, its Python workers and the joins that place and value its emissions."""
     p = b.pipeline
     s = p.suppression
     ident, entry = p.identity, p.keys_and_bounds
     values = _values(p)
-    ups = _updates(b, effect).localCheckpoint(eager=True)  # read three times: by the fold and for two values
+    ups = _updates(b, effect)
     stored = (
         b.buffer.select(*ups.drop(POS, STEP, STREAM_BEFORE, STREAM_AFTER).columns)
         if b.buffer is not None
@@ -86,6 +91,10 @@ def limit(b: Batch, effect: Effect) -> Effect:
     buf = s.buffer
     eager = isinstance(buf, EagerBufferConfig) and (buf.record_limit is not None or buf.byte_limit is not None)
     assert s.time_limit_ms is not None  # rate limiting is until_time_limit
+    if locally:
+        limited = _limited_locally(b, ups, stored, s.time_limit_ms, eager)
+        return replace(effect, results=limited.emissions, results_are_closed=False, limited=limited)
+    ups = ups.localCheckpoint(eager=True)  # read three times: by the fold and for two values
     changes = _buffered(b, ups, stored, s.time_limit_ms, eager)
     # read by the emitted rows and by the buffer's sizes: computed once (each read planned the
     # placement's joins and window again: 8 s of a tiny batch's 36 s, two workers on two cores)
@@ -101,6 +110,85 @@ def limit(b: Batch, effect: Effect) -> Effect:
         results=emitted,
         results_are_closed=False,  # what the buffer emits, not the windows that closed
         limited=Limited(emissions=emitted, buffer=kept, changes=_sized(emits, changes, stored)),
+    )
+
+
+def _limited_locally(b: Batch, ups: DataFrame, stored: DataFrame, limit_ms: int, eager: bool) -> Limited:
+    """What ``limit`` computes, for a small batch: one query collects the stored entries, the
+    updates and a tick per record (the stream time after it), and ``eviction.fold`` runs them in
+    arrival order through one buffer, as the eager fold does. Every emission is then placed at
+    its record and valued from the update (or stored entry) that set it without a join; the
+    frames returned are local rows."""
+    p = b.pipeline
+    buf = p.suppression.buffer
+    entry, values = p.keys_and_bounds, _values(p)
+    events = [EVENT_KIND, POS, STEP, STREAM_BEFORE, STREAM_AFTER]
+    value_fields = [ups.schema[c] for c in values]
+    rows = (
+        stored.select(*entry, BUFFER_TIME, SIZE, ENTRY_KEY, *values, F.lit(STORED).alias(EVENT_KIND))
+        .unionByName(ups.withColumn(EVENT_KIND, F.lit(UPDATE)), allowMissingColumns=True)
+        .unionByName(
+            b.records.select(
+                F.lit(TICK).alias(EVENT_KIND),
+                F.col(ARRIVAL_POS).alias(POS),
+                F.greatest(STREAM_BEFORE, TS).alias(STREAM_AFTER),
+            ),
+            allowMissingColumns=True,
+        )
+        .select(*entry, BUFFER_TIME, SIZE, ENTRY_KEY, *values, *events)
+        .collect()
+    )
+    key = len(entry)
+    valued: dict[tuple, Row] = {}  # an update's (pos, step), or None for a stored entry, with its ident: the row
+    buffer = eviction.Buffer(limit_ms, buf.record_limit if eager else None, buf.byte_limit if eager else None, eager)
+    stored_rows = [r for r in rows if r[EVENT_KIND] == STORED]
+    buffer.load(eviction.Entry(tuple(r[:key]), _entry_order(r.asDict()), r[BUFFER_TIME], r[SIZE]) for r in stored_rows)
+    valued.update({(tuple(r[:key]), None): r for r in stored_rows})
+    moving = sorted((r for r in rows if r[EVENT_KIND] != STORED), key=lambda r: (r[POS], r[EVENT_KIND], r[STEP] or 0))
+    folded = []
+    for r in moving:
+        if r[EVENT_KIND] == UPDATE:
+            valued[(tuple(r[:key]), (r[POS], r[STEP]))] = r
+        folded.append(_event(r.asDict(), entry))
+    changes = list(eviction.fold(buffer, folded, b.stream_time, end_known=True))
+    spark = b.records.sparkSession
+
+    def value(c: eviction.Change) -> tuple:
+        r = valued[(c.entry.ident, c.entry.ref)]
+        return tuple(r[v] for v in values)
+
+    fields = [f for f in ups.schema.fields if f.name in entry]
+    emitted_schema = StructType(
+        [*fields, *value_fields, *([] if GONE in values else [StructField(GONE, BooleanType())])]
+        + [StructField(EMITTED_AT, LongType())]
+    )
+    emissions = spark.createDataFrame(
+        [
+            (*c.entry.ident, *value(c), *([] if GONE in values else [False]), c.stream_time)
+            for c in changes
+            if c.kind == "emit"
+        ],
+        emitted_schema,
+    )
+    kept_schema = StructType(
+        [*fields, StructField(BUFFER_TIME, LongType()), StructField(SIZE, LongType())]
+        + [StructField(ENTRY_KEY, StringType()), *value_fields]
+    )
+    kept = spark.createDataFrame(
+        [
+            (*c.entry.ident, c.entry.time, c.entry.size, c.entry.order[0], *value(c))
+            for c in changes
+            if c.kind == "keep"
+        ],
+        kept_schema,
+    )
+    sized = [(-1, 1, r[SIZE]) for r in stored_rows] + [
+        (c.pos, c.d_count, c.d_bytes) for c in changes if c.kind in ("put", "emit")
+    ]
+    return Limited(
+        emissions=emissions,
+        buffer=kept,
+        changes=spark.createDataFrame(sized, f"{POS} long, {COUNT_CHANGE} long, {BYTES_CHANGE} long"),
     )
 
 

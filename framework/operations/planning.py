@@ -108,7 +108,7 @@ def plan(
     )
     effect = plans.effect_of(batch)
     if p.rate_limited:
-        effect = ratelimit.limit(batch, effect)
+        effect = ratelimit.limit(batch, effect, locally=_small(s, inp, last))
     open_before = last.windows_open if last else 0
 
     results = kept(effect.results)  # for the counts, the audit and the staging write
@@ -144,6 +144,14 @@ def plan(
         windows_open=open_now,
         buffered=buffered if effect.limited is not None else None,
     )
+
+
+def _small(s: Settings, inp: BatchInput, last: LedgerRow | None) -> bool:
+    """Whether a rate-limited batch's buffer is folded on the driver (``ratelimit.limit``): its
+    records and the entries the buffer held before it (the last batch's metrics) are at most
+    ``Settings.local_fold_records``."""
+    held = json.loads(last.metrics).get("suppression_buffer_count_current") if last and last.metrics else None
+    return inp.count + (held or 0) <= s.local_fold_records
 
 
 def _buffer(s: Settings, p: Pipeline, t: tables.Tables, last: LedgerRow | None) -> DataFrame | None:

@@ -11,6 +11,10 @@ from pyspark.sql import SparkSession
 
 from ..execution.streamtime import to_epoch_millis
 
+#: A Spark conf: a rate-limited batch whose records and previously buffered entries are at most
+#: this many (default 10,000) folds its buffer on the driver, in one query (``ratelimit.limit``).
+LOCAL_FOLD_RECORDS = "spark.finalresults.rateLimit.localFoldRecords"
+
 
 @dataclass(frozen=True, kw_only=True)
 class Settings:
@@ -24,6 +28,7 @@ class Settings:
     before_write: Callable[[str], None]  # called before each write point (tests inject crashes)
     max_clock_skew: dt.timedelta | None
     partitions: int  # spark.sql.shuffle.partitions
+    local_fold_records: int  # LOCAL_FOLD_RECORDS: a rate-limited batch up to this size folds on the driver
 
     def latest_ms(self, batch_end: dt.datetime | None) -> int | None:
         """The latest event time a batch may hold (far-future times are refused: docs/design.md#input-checks)."""
