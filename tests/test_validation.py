@@ -83,3 +83,21 @@ def test_nothing_to_validate_then_valid_then_a_duplicate_fails_the_gate(spark, t
     assert {r.observed for r in checked.where("expectation like 'expect_column_values_to_not_be_null%'").collect()} == {
         "0 of 1 rows unexpected"
     }
+
+
+def test_a_table_without_windows_and_one_key_is_validated_by_that_key(spark, tmp_path):
+    """Its suite's uniqueness is the key's own (GX has no compound of one column), and the job's
+    validation after a batch joins the new rows to the published ones by key alone (no window)."""
+    from framework import Pipeline, agg
+
+    p = Pipeline("latest", arrival="seq").group_by("user").aggregate(agg.count("events")).to("latest_by_user")
+    warehouse = str(tmp_path / "lake")
+    rt = Runtime(spark, warehouse)
+    b1 = rt.run_batch(p, "b1", records(spark, ("a", T(2026, 1, 1, 0, 5), 1)))
+    first = after_run(spark, p, warehouse, b1)
+    b2 = rt.run_batch(p, "b2", records(spark, ("b", T(2026, 1, 1, 0, 6), 2), ("a", T(2026, 1, 1, 0, 7), 3)))
+    second = after_run(spark, p, warehouse, b2)
+    assert (first.validated, first.success, second.validated, second.success) == (True, True, True, True)
+    assert second.since_version == first.table_version  # the new rows and their twins, not the whole table
+    assert sorted((r.user, r.events) for r in rt.read_output(p).collect()) == [("a", 2), ("b", 1)]
+    assert validate_results(spark, p, warehouse).success

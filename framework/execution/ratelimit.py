@@ -15,6 +15,8 @@ buffers) it runs per key in parallel; a strict bound is then checked over the si
 summed by arrival position. An eager size-bounded buffer evicts the oldest entry of *any* key
 when full, so it runs over the whole batch in arrival order in one task: its cost grows with
 the batch's records (never with the table's history) and nothing is pulled to the driver.
+A small batch (``planning`` decides, from its records and the entries buffered before it) is
+folded on the driver in the same way, over rows one query collects (``_limited_locally``).
 """
 
 from __future__ import annotations

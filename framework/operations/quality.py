@@ -400,12 +400,15 @@ def validate_added(
 
 def _published_twins(p: Pipeline, staged: DataFrame, published: DataFrame) -> DataFrame:
     """Published rows with the key and window of a staged row. Reading only the staged rows'
-    window_start range lets Delta skip the files of older windows."""
+    window_start range lets Delta skip the files of older windows (a table without windows
+    has no such range: its rows are joined by key alone)."""
     ident = p.identity
-    bounds = staged.agg(F.min("window_start"), F.max("window_start")).first()
-    assert bounds is not None  # an aggregate without grouping has one row
-    low, high = bounds
-    nearby = published.filter(F.col("window_start").between(low, high))
+    nearby = published
+    if p.windows is not None:
+        bounds = staged.agg(F.min("window_start"), F.max("window_start")).first()
+        assert bounds is not None  # an aggregate without grouping has one row
+        low, high = bounds
+        nearby = published.filter(F.col("window_start").between(low, high))
     twins = nearby.join(staged.select(*ident).distinct(), ident, "left_semi")
     return twins.withColumn(ORIGIN, F.lit("published"))
 

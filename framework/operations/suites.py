@@ -95,8 +95,18 @@ def _template(p: Pipeline) -> list[dict]:
         for column in columns:
             filled = dict(_fill(e, dict(facts, **{"$column": column})), meta=dict(meta, source="template"))
             if set(_columns_of(filled["kwargs"])) <= have:
-                out.append(filled)
+                out.append(_one_column_unique(filled))
     return out
+
+
+def _one_column_unique(entry: dict) -> dict:
+    """A compound uniqueness over one column (a table without windows and one key) as that
+    column's uniqueness: GX refuses a compound of fewer than two columns."""
+    columns = entry["kwargs"].get("column_list") if entry["type"] == "expect_compound_columns_to_be_unique" else None
+    if columns is None or len(columns) != 1:
+        return entry
+    kwargs = {k: v for k, v in entry["kwargs"].items() if k != "column_list"}
+    return dict(entry, type="expect_column_values_to_be_unique", kwargs=dict(kwargs, column=columns[0]))
 
 
 def _expectation(entry: dict, source: Path):
@@ -158,7 +168,7 @@ def row_by_row(p: Pipeline, suite: gx.ExpectationSuite) -> bool:
         if not isinstance(e, (ColumnMapExpectation, ColumnPairMapExpectation, MulticolumnMapExpectation)):
             return False
         kind = e.expectation_type
-        if kind == "expect_column_values_to_be_unique":
+        if kind == "expect_column_values_to_be_unique" and ident != {e.column}:
             return False
         if kind == "expect_compound_columns_to_be_unique" and not ident <= set(e.column_list):
             return False

@@ -7,7 +7,7 @@ from pathlib import Path
 from harness import hourly
 
 from framework import Pipeline, SessionWindows, agg
-from framework.operations.suites import load_suite
+from framework.operations.suites import load_suite, row_by_row
 from framework.orchestration.jobs import load_job
 
 
@@ -38,6 +38,19 @@ def test_suite_is_the_template_for_the_window_type_plus_the_pipeline_file(suites
     assert pairs == {("window_end", "window_start"): True}
     [unique] = [e for e in session_suite if e.expectation_type == "expect_compound_columns_to_be_unique"]
     assert unique.column_list == ["user_id", "window_start", "window_end"]  # a session by both bounds
+
+
+def test_a_table_without_windows_and_one_key_is_unique_by_that_key():
+    """GX refuses a compound uniqueness of one column: the template's becomes the key's own, and
+    the gate still checks a batch's rows incrementally (against the published rows of its keys)."""
+    p = Pipeline("latest").group_by("k").aggregate(agg.count("n")).to("latest_by_key")
+    suite = load_suite(p)
+    [unique] = [e for e in suite.expectations if "unique" in e.expectation_type]
+    assert (unique.expectation_type, unique.column) == ("expect_column_values_to_be_unique", "k")
+    assert row_by_row(p, suite)
+    two = Pipeline("latest2").group_by("k", "j").aggregate(agg.count("n")).to("latest_by_keys")
+    assert row_by_row(two, load_suite(two))
+    assert not row_by_row(two, load_suite(p))  # uniqueness of one key of two needs the whole table
 
 
 def test_a_rate_limited_log_repeats_windows_so_it_gets_no_uniqueness_or_close_check():
