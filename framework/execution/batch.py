@@ -150,9 +150,19 @@ class Effect:
 
 def wants_updates(p: Pipeline) -> bool:
     """Whether a plan gives its updates record by record (``Effect.updates``): for a
-    rate-limiting buffer, or a bounded one (checked after every record)."""
+    rate-limiting buffer, or a final-results one measured after every record."""
+    return p.rate_limited or holds_until_close(p)
+
+
+def holds_until_close(p: Pipeline) -> bool:
+    """Whether the batch measures its final-results buffer after every record
+    (``ratelimit.held_until_close``): a bounded one that shuts down when full, where records
+    are late one by one (lateness="record"); with lateness="batch" the open windows after the
+    batch are its size."""
     buf = p.suppression.buffer if p.suppression is not None else None
-    return p.rate_limited or (buf is not None and (buf.record_limit is not None or buf.byte_limit is not None))
+    if buf is None or (buf.record_limit, buf.byte_limit) == (None, None) or not buf.shuts_down_when_full():
+        return False
+    return not p.rate_limited and p.windows is not None and p.lateness == "record"
 
 
 def running_updates(p: Pipeline, rows: DataFrame) -> DataFrame:

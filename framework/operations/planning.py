@@ -20,7 +20,7 @@ from ..definition.columns import TS
 from ..definition.pipeline import Pipeline
 from ..errors import BufferFullError
 from ..execution import plans, ratelimit
-from ..execution.batch import Batch, Effect, collected_stats
+from ..execution.batch import Batch, Effect, collected_stats, holds_until_close
 from ..execution.sources import BatchInput
 from ..execution.streamtime import arrival_order, at_batch_start, to_datetime, to_epoch_millis, with_stream_time
 from ..storage import classic, sinks, state, tables, writes
@@ -126,7 +126,7 @@ def plan(
         frames["open"] = _count(effect.open_windows)
     if effect.limited is not None:
         frames["buffered"] = effect.limited.stats()
-    elif _holds_until_close(p):
+    elif holds_until_close(p):
         frames["buffered"] = ratelimit.held_until_close(batch, effect)
     tally = tallied(frames)
     closed = tally["closed"]["n"]
@@ -199,12 +199,6 @@ def _strict(p: Pipeline) -> bool:
     """Whether ``p``'s buffer is bounded and shuts down when full (``check_buffer`` applies)."""
     buf = p.suppression.buffer if p.suppression is not None else None
     return buf is not None and buf.shuts_down_when_full() and (buf.record_limit, buf.byte_limit) != (None, None)
-
-
-def _holds_until_close(p: Pipeline) -> bool:
-    """Whether ``check_buffer`` needs the final-results buffer after every record
-    (``ratelimit.held_until_close``): a strict one, with lateness="record"."""
-    return _strict(p) and not p.rate_limited and p.windows is not None and p.lateness == "record"
 
 
 def check_buffer(where: str, p: Pipeline, windows_open: int, buffered: dict | None) -> None:
