@@ -1,6 +1,6 @@
 """Writing a batch's state: the commit point (``commit``: window state MERGEd or rewritten
 where due, with the batch's ledger row and late records, in one commit to ``_state``, fenced by
-``ledger.commit_point``) and the rate-limiting buffer (``write_buffer``, with ``writes.advance``).
+``ledger.commit_point``) and the rate-limiting buffer (``write_buffer``, one overwrite).
 Why that is safe: docs/design.md#commit-point-and-fencing and docs/design.md#state-writes.
 """
 
@@ -81,9 +81,15 @@ def commit(
 
 
 def write_buffer(spark: SparkSession, path: str | None, effect: Effect, base: int | None, tag: str) -> int | None:
-    """The rate-limiting buffer: the buffer after the batch replaces the one before."""
+    """The rate-limiting buffer: the buffer after the batch replaces the whole table, in one
+    overwrite, and the version that made is returned (the ledger records it). What other
+    attempts wrote before (an attempt that never committed, a zombie, a replay beside this one)
+    is replaced with the rest, so the version holds this batch's buffer alone; an overwrite that
+    loses a race to another writer's commit is made again (``writes.retried``)."""
     if effect.limited is None:
         return base
     assert path is not None  # a pipeline with a rate-limiting buffer has its path
     tables.create(spark, path, effect.limited.buffer.schema)
-    return writes.advance(spark, path, base, tag, lambda: writes.rewrite(effect.limited.buffer, path, None, tag))
+    since = tables.latest_version(spark, path)
+    writes.retried(lambda: writes.rewrite(effect.limited.buffer, path, None, tag))
+    return writes.version_of(writes.history_since(spark, path, since), tag)

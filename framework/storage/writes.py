@@ -1,9 +1,7 @@
 """How a batch writes a table safely, whatever else runs.
 
-- The rate-limiting buffer is *advanced* from the version the ledger recorded (``advance``;
-  window state changes only at the commit point): why that is safe is told in
-  docs/design.md#state-writes. Commits made since by an attempt that never committed are undone
-  by ``reset``, which overwrites the table with the rows of the recorded version.
+- The rate-limiting buffer is rewritten whole by each attempt, in one overwrite (window state
+  changes only at the commit point): why that is safe is told in docs/design.md#state-writes.
 - Every commit a batch makes is tagged (``userMetadata`` starting ``finalresults:``) with the
   pipeline, table, sequence number and attempt, and holds the table's commit lock
   (``framework.storage.locks``).
@@ -28,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from . import classic
 from .commitlog import commits_after
 from .locks import committing, session_conf
-from .tables import as_table, latest_version, properties, read
+from .tables import as_table, latest_version, properties
 
 TAG = "finalresults:"  # userMetadata prefix of every commit a batch or replay makes
 
@@ -150,10 +148,6 @@ def rewrite(df: DataFrame, path: str, replaced: str | None, tag: str, **options:
         save(df, path, tag, "overwrite", **options)
 
 
-class Interleaved(Exception):
-    """Another attempt's commit landed between a write and the version it was based on."""
-
-
 # Delta's commit conflicts as delta-spark's Python classes (no common base among them). A
 # conflict arrives as one of these only where ``delta.exceptions.captured`` was imported, which
 # makes PySpark convert Delta's Java conflicts; elsewhere it arrives as a Py4JJavaError.
@@ -174,41 +168,17 @@ JVM_CONFLICT = "org.apache.spark.sql.delta.DeltaConcurrentModificationException"
 
 def lost_race(error: BaseException) -> bool:
     """Whether ``error`` is a write that lost to another writer: the write may be tried again.
-    That is ``Interleaved``, or a Delta commit conflict (another commit appended, deleted or
+    That is a Delta commit conflict (another commit appended, deleted or
     wrote what this one read, changed the table's metadata or protocol, or took its transaction
     id): one of ``CONFLICTS``, or a Py4JJavaError whose Java exception, or a cause of it, is a
     ``JVM_CONFLICT``. Decided by class, never by message."""
-    if isinstance(error, (Interleaved, *CONFLICTS)):
+    if isinstance(error, CONFLICTS):
         return True
     return classic.raised_java(error, JVM_CONFLICT)
 
 
 def version_of(history: list, tag: str) -> int | None:
     return max((c.version for c in history if c.userMetadata == tag), default=None)
-
-
-def reset(spark: SparkSession, path: str, base: int | None, tag: str) -> int | None:
-    """Bring the table back to the rows of version ``base`` (None: no rows) in one commit tagged
-    ``tag``, keeping its current metadata (properties an operator set since stay); the version
-    that now holds those rows."""
-    since = latest_version(spark, path)
-    if base is None:
-        tagged(spark, path, tag, lambda: spark.sql(f"DELETE FROM {as_table(spark, path)}"))
-    else:
-        save(read(spark, path, base), path, tag, "overwrite")
-    made = version_of(history_since(spark, path, since), tag)
-    return since if made is None else made  # no commit: nothing needed undoing
-
-
-def advance(spark: SparkSession, path: str, base: int | None, tag: str, write: Callable[[], None]) -> int | None:
-    """Apply ``write`` (at most one commit to ``path``, tagged ``tag``) on top of the content of
-    version ``base``, and return a version whose content is exactly that: base plus this write.
-
-    Commits that changed rows since ``base`` (attempts that never committed) are undone first;
-    maintenance is kept. If another attempt's commit lands between the undo and this write, the
-    write is tried again from the start (``RETRIES`` times, then ``Interleaved`` is raised), so
-    the returned version never holds another attempt's rows."""
-    return retried(lambda: _advance(spark, path, base, tag, write))
 
 
 def retried(write: Callable[[], T]) -> T:
@@ -222,15 +192,3 @@ def retried(write: Callable[[], T]) -> T:
             if not lost_race(e):
                 raise
     return write()
-
-
-def _advance(spark: SparkSession, path: str, base: int | None, tag: str, write: Callable[[], None]) -> int | None:
-    start = base
-    if any(changes_rows(c) for c in history_since(spark, path, base)):
-        start = reset(spark, path, base, f"{tag}#reset")
-    write()
-    history = history_since(spark, path, start)
-    mine = version_of(history, tag)
-    if any(changes_rows(c) for c in history if c.userMetadata != tag and (mine is None or c.version < mine)):
-        raise Interleaved(f"another attempt committed to {path} while this one wrote it")
-    return start if mine is None else mine

@@ -75,12 +75,6 @@ def test_a_delta_conflict_is_a_lost_race_as_delta_sparks_python_class(name):
     assert lost_race(getattr(delta.exceptions, name)("lost"))
 
 
-def test_interleaved_is_a_lost_race():
-    from framework.storage.writes import Interleaved, lost_race
-
-    assert lost_race(Interleaved("another attempt committed"))
-
-
 def test_other_errors_are_not_whatever_their_message_says():
     from framework.errors import ConcurrentBatchError
     from framework.storage.writes import lost_race
