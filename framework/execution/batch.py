@@ -159,10 +159,14 @@ def holds_until_close(p: Pipeline) -> bool:
     (``ratelimit.held_until_close``): a bounded one that shuts down when full, where records
     are late one by one (lateness="record"); with lateness="batch" the open windows after the
     batch are its size."""
+    return strict(p) and not p.rate_limited and p.windows is not None and p.lateness == "record"
+
+
+def strict(p: Pipeline) -> bool:
+    """Whether ``p``'s buffer is bounded and shuts down when full (a batch that would overfill it
+    is refused before its writes: ``planning.check_buffer``)."""
     buf = p.suppression.buffer if p.suppression is not None else None
-    if buf is None or (buf.record_limit, buf.byte_limit) == (None, None) or not buf.shuts_down_when_full():
-        return False
-    return not p.rate_limited and p.windows is not None and p.lateness == "record"
+    return buf is not None and buf.shuts_down_when_full() and (buf.record_limit, buf.byte_limit) != (None, None)
 
 
 def running_updates(p: Pipeline, rows: DataFrame) -> DataFrame:

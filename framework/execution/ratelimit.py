@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pandas as pd
-from pyspark.sql import Column, DataFrame, Row, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
@@ -126,7 +126,7 @@ def _limited_locally(b: Batch, ups: DataFrame, stored: DataFrame, limit_ms: int,
     entry, values = p.keys_and_bounds, _values(p)
     events = [EVENT_KIND, POS, STEP, STREAM_BEFORE, STREAM_AFTER]
     value_fields = [ups.schema[c] for c in values]
-    rows = (
+    collected = (
         stored.select(*entry, BUFFER_TIME, SIZE, ENTRY_KEY, *values, F.lit(STORED).alias(EVENT_KIND))
         .unionByName(ups.withColumn(EVENT_KIND, F.lit(UPDATE)), allowMissingColumns=True)
         .unionByName(
@@ -140,19 +140,15 @@ def _limited_locally(b: Batch, ups: DataFrame, stored: DataFrame, limit_ms: int,
         .select(*entry, BUFFER_TIME, SIZE, ENTRY_KEY, *values, *events)
         .collect()
     )
-    key = len(entry)
-    valued: dict[tuple, Row] = {}  # an update's (pos, step), or None for a stored entry, with its ident: the row
+    rows = [r.asDict() for r in collected]
+    # an entry's value: the update that set it (its position and step) or the stored entry (None)
+    valued = {
+        (tuple(r[c] for c in entry), None if r[EVENT_KIND] == STORED else (r[POS], r[STEP])): r
+        for r in rows
+        if r[EVENT_KIND] != TICK
+    }
     buffer = eviction.Buffer(limit_ms, buf.record_limit if eager else None, buf.byte_limit if eager else None, eager)
-    stored_rows = [r for r in rows if r[EVENT_KIND] == STORED]
-    buffer.load(eviction.Entry(tuple(r[:key]), _entry_order(r.asDict()), r[BUFFER_TIME], r[SIZE]) for r in stored_rows)
-    valued.update({(tuple(r[:key]), None): r for r in stored_rows})
-    moving = sorted((r for r in rows if r[EVENT_KIND] != STORED), key=lambda r: (r[POS], r[EVENT_KIND], r[STEP] or 0))
-    folded = []
-    for r in moving:
-        if r[EVENT_KIND] == UPDATE:
-            valued[(tuple(r[:key]), (r[POS], r[STEP]))] = r
-        folded.append(_event(r.asDict(), entry))
-    changes = list(eviction.fold(buffer, folded, b.stream_time, end_known=True))
+    changes = _folded(buffer, rows, entry, b.stream_time, end_known=True)
     spark = b.records.sparkSession
 
     def value(c: eviction.Change) -> tuple:
@@ -184,7 +180,7 @@ def _limited_locally(b: Batch, ups: DataFrame, stored: DataFrame, limit_ms: int,
         ],
         kept_schema,
     )
-    sized = [(-1, 1, r[SIZE]) for r in stored_rows] + [
+    sized = [(-1, 1, r[SIZE]) for r in rows if r[EVENT_KIND] == STORED] + [
         (c.pos, c.d_count, c.d_bytes) for c in changes if c.kind in ("put", "emit")
     ]
     return Limited(
@@ -335,21 +331,24 @@ def _fold(
         out = []
         for rows in groups.values():
             buf = eviction.Buffer(limit_ms, max_records, max_bytes, eager)
-            buf.load(
-                eviction.Entry(tuple(r[c] for c in entry), _entry_order(r), int(r[BUFFER_TIME]), int(r[SIZE]))
-                for r in rows
-                if r[EVENT_KIND] == STORED
-            )
-            events = [
-                _event(r, entry)
-                for r in sorted(
-                    (r for r in rows if r[EVENT_KIND] != STORED), key=lambda r: (r[POS], r[EVENT_KIND], r[STEP] or 0)
-                )
-            ]
-            out += [_change_row(c) for c in eviction.fold(buf, events, stream_time, end_known=eager)]
+            out += [_change_row(c) for c in _folded(buf, rows, entry, stream_time, end_known=eager)]
         return pd.DataFrame(out, columns=[*entry, *_CHANGE_COLUMNS])
 
     return run
+
+
+def _folded(
+    buf: eviction.Buffer, rows: list[dict], entry: list[str], stream_time: int | None, end_known: bool
+) -> list[eviction.Change]:
+    """``buf`` loaded with the stored entries among ``rows`` (fold input, ``EVENT_KIND``), then the
+    updates and ticks run through it in arrival order (at one position the update first)."""
+    buf.load(
+        eviction.Entry(tuple(r[c] for c in entry), _entry_order(r), int(r[BUFFER_TIME]), int(r[SIZE]))
+        for r in rows
+        if r[EVENT_KIND] == STORED
+    )
+    moving = sorted((r for r in rows if r[EVENT_KIND] != STORED), key=lambda r: (r[POS], r[EVENT_KIND], r[STEP] or 0))
+    return list(eviction.fold(buf, [_event(r, entry) for r in moving], stream_time, end_known=end_known))
 
 
 def _entry_order(r: dict) -> tuple:

@@ -20,7 +20,7 @@ from ..definition.columns import TS
 from ..definition.pipeline import Pipeline
 from ..errors import BufferFullError
 from ..execution import plans, ratelimit
-from ..execution.batch import Batch, Effect, collected_stats, holds_until_close
+from ..execution.batch import Batch, Effect, collected_stats, holds_until_close, strict
 from ..execution.sources import BatchInput
 from ..execution.streamtime import arrival_order, at_batch_start, to_datetime, to_epoch_millis, with_stream_time
 from ..storage import classic, sinks, state, tables, writes
@@ -195,19 +195,13 @@ def _with_stream_time(
     return records, sta
 
 
-def _strict(p: Pipeline) -> bool:
-    """Whether ``p``'s buffer is bounded and shuts down when full (``check_buffer`` applies)."""
-    buf = p.suppression.buffer if p.suppression is not None else None
-    return buf is not None and buf.shuts_down_when_full() and (buf.record_limit, buf.byte_limit) != (None, None)
-
-
 def check_buffer(where: str, p: Pipeline, windows_open: int, buffered: dict | None) -> None:
     """Strict bounded buffers (``shut_down_when_full``) stop the batch before anything is
     written when the buffer would exceed a bound after any record (its largest size in the
     batch, ``buffered``): a rate-limiting buffer holds updated keys, a final-results one the
     open windows (``windows_open`` after the batch for lateness="batch", whose buffer is not
     modelled)."""
-    if not _strict(p):
+    if not strict(p):
         return
     buf = p.suppression.buffer
     what = "entries" if p.rate_limited else "windows"

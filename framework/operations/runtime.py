@@ -22,7 +22,7 @@ from ..storage import bookkeeping, classic, compaction, ledger, locks, tables
 from ..storage import catalog as tables_catalog
 from .attempt import BatchAttempt, BatchResult, result_of
 from .replay import ReplayBatch, ReplayResult, replay
-from .settings import LOCAL_FOLD_RECORDS, Settings
+from .settings import LOCAL_FOLD_RECORDS, LOCAL_FOLD_RECORDS_DEFAULT, Settings
 
 log = logging.getLogger("framework.runtime")
 
@@ -68,7 +68,9 @@ class Runtime:
             before_write=before_write or (lambda point: None),
             max_clock_skew=max_clock_skew,
             partitions=int(spark.conf.get("spark.sql.shuffle.partitions") or 200),
-            local_fold_records=int(spark.conf.get(LOCAL_FOLD_RECORDS, "10000") or 10000),
+            local_fold_records=int(
+                spark.conf.get(LOCAL_FOLD_RECORDS, str(LOCAL_FOLD_RECORDS_DEFAULT)) or LOCAL_FOLD_RECORDS_DEFAULT
+            ),
         )
         self.catalog = catalog if catalog is None else tables_catalog.check_schema(catalog)
         self._registered: set[str] = set()  # catalog tables this runtime registered or found

@@ -14,6 +14,7 @@ from ..execution.streamtime import to_epoch_millis
 #: A Spark conf: a rate-limited batch whose records and previously buffered entries are at most
 #: this many (default 10,000) folds its buffer on the driver, in one query (``ratelimit.limit``).
 LOCAL_FOLD_RECORDS = "spark.finalresults.rateLimit.localFoldRecords"
+LOCAL_FOLD_RECORDS_DEFAULT = 10_000
 
 
 @dataclass(frozen=True, kw_only=True)

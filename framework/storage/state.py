@@ -90,6 +90,5 @@ def write_buffer(spark: SparkSession, path: str | None, effect: Effect, base: in
         return base
     assert path is not None  # a pipeline with a rate-limiting buffer has its path
     tables.create(spark, path, effect.limited.buffer.schema)
-    since = tables.latest_version(spark, path)
     writes.retried(lambda: writes.rewrite(effect.limited.buffer, path, None, tag))
-    return writes.version_of(writes.history_since(spark, path, since), tag)
+    return writes.version_of(writes.history_since(spark, path, base), tag)  # its commit lands after base
