@@ -219,6 +219,27 @@ def test_incompatible_definition_change_is_refused(spark, warehouse):
         run(rt, changed, 1)
 
 
+def test_a_changed_state_bucket_is_refused_before_anything_is_written(spark, warehouse):
+    """Window state is partitioned by close-time bucket (``Runtime(bucket=...)``). A runtime
+    with another width would read the stored partitions as due or not by the wrong numbers: a
+    window's partials in the old buckets would be left out of its final row. Refused, loudly."""
+    import datetime as dt
+
+    p = pipeline("rebucketed")
+    run(Runtime(spark, warehouse, quality=False, bucket=dt.timedelta(milliseconds=10)), p, 0)
+    wider = Runtime(spark, warehouse, quality=False, bucket=dt.timedelta(milliseconds=100))
+    with pytest.raises(DefinitionError, match=r"'rebucketed'.*'b1'.*bucket.*0:00:00.010000.*0:00:00.100000"):
+        run(wider, p, 1)
+    assert [r.batch_id for r in wider.read_ledger(p).collect()] == ["b0"]
+    same = Runtime(spark, warehouse, quality=False, bucket=dt.timedelta(milliseconds=10))
+    run(same, p, 1)
+    run(same, p, 2)
+    clean = Runtime(spark, f"{warehouse}-clean", quality=False, bucket=dt.timedelta(milliseconds=10))
+    for i in range(3):
+        run(clean, p, i)
+    assert results(same, p) == results(clean, p)
+
+
 def test_empty_batch_commits_and_advances_nothing(spark, warehouse):
     rt, p = Runtime(spark, warehouse, quality=False), pipeline("empty")
     first = run(rt, p, 0)

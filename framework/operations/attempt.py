@@ -229,8 +229,23 @@ class BatchAttempt:
                 f"{last.batch_id!r}: was [{last.definition}], now [{definition(self.p)}]. "
                 "State cannot be reinterpreted; create a pipeline with a new name."
             )
+        self._check_bucket()
         self._check_unfinished(pending)
         self._check_interval()
+
+    def _check_bucket(self) -> None:
+        """Refuse a runtime whose close-time bucket (``Runtime(bucket=...)``) is not the one window
+        state was written in: it would take stored partitions for due or not by the wrong numbers,
+        and leave a window's earlier partials out of its final row."""
+        last, width = self.last, self.s.bucket_ms
+        if last is None or last.bucket_ms is None or last.bucket_ms == width:
+            return
+        written, asked = (dt.timedelta(milliseconds=ms) for ms in (last.bucket_ms, width))
+        raise DefinitionError(
+            f"{self.steps.where}: window state is partitioned in close-time buckets of {written} (up to batch "
+            f"{last.batch_id!r}), and this runtime's bucket is {asked}. Nothing was written; run the pipeline with "
+            f"Runtime(bucket=timedelta(milliseconds={last.bucket_ms})), or create a pipeline with a new name."
+        )
 
     def _check_interval(self) -> None:
         """Refuse a job's batch whose interval does not start where the last committed batch's
@@ -396,6 +411,7 @@ class BatchAttempt:
             interval_start=to_epoch_millis(self.interval[0]) if self.interval and self.interval[0] else None,
             interval_end=to_epoch_millis(self.interval[1]) if self.interval and self.interval[1] else None,
             fence=self.seen.next_fence,  # what ``ledger.commit_point`` commits with
+            bucket_ms=self.s.bucket_ms,
         )
         bookkeeping = ledger.to_frame(self.s.spark, [commit])
         if late is not None:

@@ -65,6 +65,7 @@ class LedgerRow:
     interval_start: int | None = None  # a job's batch: its data interval [start, end), epoch ms
     interval_end: int | None = None
     fence: int | None = None  # the transaction version its commit point was made with (``commit_point``)
+    bucket_ms: int | None = None  # the width of the close-time buckets its window state is in (``Runtime(bucket=...)``)
 
     @classmethod
     def of(cls, row: Row) -> LedgerRow:
