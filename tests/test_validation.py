@@ -4,7 +4,6 @@
 from datetime import datetime as T
 
 import pytest
-from pyspark.sql import functions as F
 
 from framework import Runtime
 from framework.errors import FrameworkError
@@ -75,14 +74,46 @@ def test_nothing_to_validate_then_valid_then_a_duplicate_fails_the_gate(spark, t
     # the next batch's rows are validated with the rows they could duplicate, not the whole table
     b7 = rt.run_batch(pipeline, "b7", records(spark, ("d", T(2026, 1, 1, 3, 30), 7)))  # closes c's hour
     assert rt.read_output(pipeline).count() > b7.emitted == 1
+    results = spark.read.format("delta").load(f"{warehouse}/quality_results")
+    table_checks = results.where("batch_id IS NULL").count()  # the job's validations: no batch id, the audits have one
     seven = after_run(spark, pipeline, warehouse, b7)
     assert (seven.validated, seven.success, seven.since_version) == (True, True, left.table_version)
-    results = spark.read.format("delta").load(f"{warehouse}/quality_results")
-    table_checks = results.where("batch_id IS NULL")  # the job's validations: no batch id, the audits have one
-    checked = table_checks.where(F.col("validated_at") == table_checks.agg(F.max("validated_at")).first()[0])
-    assert {r.observed for r in checked.where("expectation like 'expect_column_values_to_not_be_null%'").collect()} == {
-        "0 of 1 rows unexpected"
-    }
+    # its publication is the one commit since the table passed: the batch's audit checked those rows
+    assert "batch 'b7'" in seven.summary and seven.docs == b7.audit.report.docs
+    assert results.where("batch_id IS NULL").count() == table_checks  # Great Expectations did not run again
+    audit = results.where("batch_id = 'b7' AND expectation like 'expect_column_values_to_not_be_null%'")
+    assert {r.observed for r in audit.collect()} == {"0 of 1 rows unexpected"}
+
+
+def test_rows_appended_while_a_batch_publishes_are_validated_after_it(spark, tmp_path):
+    """A batch's audit stands for the table's validation only when its publication is the one
+    commit since the table last passed: a copy appended by hand between the audit and the
+    publication is found by the job's validation."""
+    job = tmp_path / "hourly.py"
+    job.write_text(JOB)
+    pipeline, warehouse = load_job(str(job)).PIPELINE, str(tmp_path / "lake")
+    output = Runtime(spark, warehouse).tables(pipeline).output
+
+    def copy_by_hand(point):
+        if point == "publish":
+            spark.read.format("delta").load(output).write.format("delta").mode("append").save(output)
+
+    hours = [
+        ("a", T(2026, 1, 1, 0, 5)),
+        ("b", T(2026, 1, 1, 1, 20)),
+        ("c", T(2026, 1, 1, 2, 30)),
+        ("d", T(2026, 1, 1, 3, 30)),
+    ]
+    outcomes = []
+    for i, (user, ts) in enumerate(hours, start=1):
+        rt = Runtime(spark, warehouse, before_write=copy_by_hand if i == 4 else None)
+        ran = rt.run_batch(pipeline, f"b{i}", records(spark, (user, ts, i)))
+        outcomes.append(after_run(spark, pipeline, warehouse, ran))
+    second, third, fourth = outcomes[1:]
+    assert second.validated and second.success and second.since_version is None  # the table's first rows: all of it
+    assert third.validated and third.success and "batch 'b3'" in third.summary  # its audit
+    assert fourth.validated and not fourth.success and "batch 'b4'" not in fourth.summary
+    assert "expect_compound_columns_to_be_unique" in fourth.failures[0]
 
 
 def test_a_table_without_windows_and_one_key_is_validated_by_that_key(spark, tmp_path):

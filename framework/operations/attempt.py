@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
@@ -47,10 +47,22 @@ from .publication import Manifest, finish, mark
 from .settings import Settings
 from .steps import Steps
 
+if TYPE_CHECKING:
+    from .quality import Report
+
 log = logging.getLogger("framework.runtime")
 
 WRITE_POINTS = ("buffer", "output", "commit_point", "publish")
 ATTEMPTED = "_batch_id"  # in a staging folder: the batch its attempt runs
+
+
+@dataclass(frozen=True)
+class Audit:
+    """A batch's audit before it published (``quality.gate``): the report, and the results
+    table's version whose rows it checked the batch's rows with (None: no table yet)."""
+
+    report: Report
+    table_version: int | None
 
 
 @dataclass(frozen=True)
@@ -65,6 +77,7 @@ class BatchResult:
     dropped_late: int
     stream_time: dt.datetime | None
     metrics: dict = field(default_factory=dict)
+    audit: Audit | None = None  # this run's audit of the rows it published (None: none ran, or another run committed)
 
 
 def result_of(p: Pipeline, row: LedgerRow, status: str) -> BatchResult:
@@ -151,7 +164,7 @@ class BatchAttempt:
                 self.s, self.steps, self.p, self.t, self.seq, inp, self.last, self.seen.version, batch_end, kept
             )
             rows_out = sinks.shape(self.p, planned.effect.results, self.batch_id, planned.stream_time)
-            self._audit(planned, rows_out)
+            audit = self._audit(planned, rows_out)
             written = self._write(planned, rows_out, kept)
             values = batch_metrics(self.p, planned, inp, started_at)
             commit = self._commit(planned, inp, input_df, written, values, kept)
@@ -176,6 +189,7 @@ class BatchAttempt:
             dropped_late=int(planned.counts.get("late_records") or 0),
             stream_time=to_datetime(planned.stream_time),
             metrics=values,
+            audit=audit,
         )
 
     # ---- 1. the ledger, the input, the previous publication and the checks ----------------------
@@ -291,16 +305,17 @@ class BatchAttempt:
                     )
 
     # ---- 3. audit -------------------------------------------------------------------------------
-    def _audit(self, planned: Plan, rows_out: DataFrame) -> None:
+    def _audit(self, planned: Plan, rows_out: DataFrame) -> Audit | None:
         """The quality gate over final or rate-limited rows, before anything is written."""
         self.steps.step = "auditing the results"
         if not (planned.emitted and self.s.quality and self.p.suppression is not None):
-            return
+            return None
         from . import quality  # GX loads only in processes that have final or rate-limited rows to audit
 
         spark, output = self.s.spark, self.t.output
-        published = tables.read(spark, output) if tables.exists(spark, output) else None
-        quality.gate(
+        version = tables.latest_version(spark, output)
+        published = tables.read(spark, output, version) if version is not None else None
+        report = quality.gate(
             spark,
             self.p,
             rows_out.drop(GONE),
@@ -309,6 +324,7 @@ class BatchAttempt:
             self.s.warehouse,
             expectations_dir=self.s.expectations,
         )
+        return Audit(report, version)
 
     # ---- 4. write -------------------------------------------------------------------------------
     def _write(self, planned: Plan, rows_out: DataFrame, kept: Kept) -> dict[str, int | None]:

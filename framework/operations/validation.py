@@ -6,7 +6,9 @@ this checks the table as readers see it, with the pipeline's Great Expectations 
 (``expectations/``), and records the outcome in ``<warehouse>/quality_results`` and Data Docs.
 After a job's run only the rows added since the table last passed are checked, with the older
 rows they could duplicate (``_validate_since``): its cost follows the batch, not the table's
-history. ``finalresults validate`` checks every row.
+history. When the only commit since is the batch's own publication, its audit checked exactly
+those rows and is taken as the table's validation (``_audited``). ``finalresults validate``
+checks every row.
 """
 
 from __future__ import annotations
@@ -71,6 +73,20 @@ def _validate_since(
     return report, since if incremental else None, report.digest
 
 
+def _audited(p: Pipeline, run: BatchResult, version: int, earlier: list[Outcome]) -> Report | None:
+    """The batch's own audit, when it is what ``_validate_since`` would find at ``version``: the
+    audit checked the batch's final rows with the published rows they could duplicate, as of
+    the table version that passed the same suite last, and the batch's publication is the one
+    commit since (any other commit, before or after it, moves the version further)."""
+    audit = run.audit
+    if audit is None or audit.table_version is None or not p.suppressed_final or version != audit.table_version + 1:
+        return None
+    passed = any(
+        e.success and e.table_version == audit.table_version and e.suite_digest == audit.report.digest for e in earlier
+    )
+    return audit.report if passed and audit.report.success else None
+
+
 def after_run(
     spark: SparkSession, p: Pipeline, warehouse: str, run: BatchResult | ReplayResult, run_id: str | None = None
 ) -> Outcome:
@@ -81,6 +97,9 @@ def after_run(
     the very version it is at now: then nobody changed it since, and Great Expectations is not
     imported. Any other commit on it (a batch's rows, a replay, an edit by hand, maintenance)
     or a failed earlier validation makes this one validate.
+
+    A batch's audit stands for the validation when its publication is the only commit since the
+    table last passed (``_audited``): Great Expectations does not run a second time over the same rows.
 
     Then the pipeline's status, this outcome included, is left beside it (``status.save``) for the
     Airflow plugin, which reads it without Spark."""
@@ -99,7 +118,11 @@ def after_run(
     same = next((e for e in earlier if e.success and e.table_version == version), None)
     report, since, digest = None, None, same.suite_digest if same else None
     if version is not None and same is None:
-        report, since, digest = _validate_since(spark, p, warehouse, version, earlier)
+        audited = None if isinstance(run, ReplayResult) else _audited(p, run, version, earlier)
+        if audited is not None:
+            report, since, digest = audited, version - 1, audited.digest
+        else:
+            report, since, digest = _validate_since(spark, p, warehouse, version, earlier)
     found = Outcome(
         kind=kind,
         pipeline=p.name,
