@@ -1,6 +1,7 @@
 """Validating committed results (after a job's run, for the Airflow quality gate, and
 ``finalresults validate``)."""
 
+import json
 from datetime import datetime as T
 
 import pytest
@@ -132,3 +133,34 @@ def test_a_table_without_windows_and_one_key_is_validated_by_that_key(spark, tmp
     assert second.since_version == first.table_version  # the new rows and their twins, not the whole table
     assert sorted((r.user, r.events) for r in rt.read_output(p).collect()) == [("a", 2), ("b", 1)]
     assert validate_results(spark, p, warehouse).success
+
+
+def test_the_status_a_job_leaves_after_a_batch_is_the_one_its_tables_give(spark, tmp_path, monkeypatch):
+    """After its batch a job advances the status the job before it left with what it holds (its
+    ledger row's values, its audit, its validation) instead of reading the ledger, the metrics
+    and ``quality_results`` again: what it leaves must be what ``status.read`` finds there."""
+    from framework.operations import status
+
+    job = tmp_path / "hourly.py"
+    job.write_text(JOB)
+    pipeline, warehouse = load_job(str(job)).PIPELINE, str(tmp_path / "lake")
+    rt = Runtime(spark, warehouse)
+    reads, read = [], status.read
+    monkeypatch.setattr(status, "read", lambda *args: reads.append(args) or read(*args))
+    batches = [
+        [("a", T(2026, 1, 1, 0, 5), 1)],
+        [("b", T(2026, 1, 1, 1, 20), 2)],  # closes a's hour
+        [("z", T(2026, 1, 1, 0, 30), 3), ("c", T(2026, 1, 1, 2, 30), 4)],  # a late record; closes b's hour
+        [("c", T(2026, 1, 1, 2, 40), 5)],  # publishes nothing
+    ]
+    for i, rows in enumerate(batches, start=1):
+        after_run(spark, pipeline, warehouse, rt.run_batch(pipeline, f"b{i}", records(spark, *rows)))
+        left, found = (
+            json.dumps(s.to_json(), default=str)
+            for s in (status.load(warehouse, "hourly"), read(spark, warehouse, "hourly"))
+        )
+        assert left == found
+    assert len(reads) == 1  # the first job had no status to start from
+    left = status.load(warehouse, "hourly")
+    assert [b["gate"] is not None for b in left.batches] == [False, True, True, False]
+    assert (left.batch_count, left.totals["late_records"]) == (4, 1)

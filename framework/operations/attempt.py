@@ -77,6 +77,7 @@ class BatchResult:
     dropped_late: int
     stream_time: dt.datetime | None
     metrics: dict = field(default_factory=dict)
+    committed_at: dt.datetime | None = None  # when its commit point landed (UTC), as its ledger row records it
     audit: Audit | None = None  # this run's audit of the rows it published (None: none ran, or another run committed)
 
 
@@ -93,6 +94,7 @@ def result_of(p: Pipeline, row: LedgerRow, status: str) -> BatchResult:
         dropped_late=int(values.get("late_records") or 0),
         stream_time=to_datetime(row.stream_time),
         metrics=values,
+        committed_at=row.at,
     )
 
 
@@ -189,6 +191,7 @@ class BatchAttempt:
             dropped_late=int(planned.counts.get("late_records") or 0),
             stream_time=to_datetime(planned.stream_time),
             metrics=values,
+            committed_at=commit.at,
             audit=audit,
         )
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from ..definition.names import GATE
@@ -26,6 +26,9 @@ from . import outcome
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from .attempt import BatchResult
+    from .quality import Report
 
 #: The unit of each metric that has one; the others are counts.
 UNITS = {
@@ -304,12 +307,77 @@ def snapshot_location(warehouse: str, name: str) -> str:
     return f"{warehouse.rstrip('/')}/{name}/{GATE}/{SNAPSHOT}"
 
 
-def save(spark: SparkSession, warehouse: str, name: str) -> PipelineStatus:
-    """Read the status of ``name`` and leave it at ``snapshot_location`` (through Hadoop, as jobs
-    write); a pipeline that never attempted a batch (a run refused before writing) gets no file."""
+def _audited(report: Report) -> Gate:
+    """An audit's report as ``_gate`` reads it back from ``quality_results``."""
+
+    def failed(critical: bool) -> tuple[str, ...]:
+        return tuple(
+            f"{c.expectation}: {c.observed}"
+            for c in report.checks
+            if not c.success and (c.severity == "critical") == critical
+        )
+
+    return Gate(checked=len(report.checks), failed=failed(True), warnings=failed(False))
+
+
+def _metrics_row(name: str, ran: BatchResult) -> dict:
+    """The metrics row ``bookkeeping.read_metrics`` gives for the batch ``ran`` committed, from
+    the values the run holds (each as its column's type reads it)."""
+    from ..storage import metrics
+
+    cast = {"long": int, "double": float}
+    values = {**ran.metrics, "stream_time": ran.stream_time}
+    row = {
+        c: (values.get(c) if kind not in cast or values.get(c) is None else cast[kind](values[c]))
+        for c, kind in metrics.COLUMNS
+    }
+    return {"pipeline": name, "batch_id": ran.batch_id, "seq": ran.seq, **row}
+
+
+def _advanced(previous: PipelineStatus, validation: outcome.Outcome | None, ran: BatchResult) -> PipelineStatus | None:
+    """The status after batch ``ran``, from the status the job before it left (``previous``)
+    and what this run holds (its ledger row's values, its audit, the validation it left), with
+    no table read: what ``read`` finds then, as long as ``previous`` ends at the batch before
+    and nothing was blocked or left unpublished. None otherwise: then read it."""
+    last = previous.last_batch
+    if ran.status != "committed" or last is None or last["seq"] != ran.seq - 1 or previous.blocked:
+        return None
+    if previous.unpublished or ran.committed_at is None:
+        return None
+    summed = ("records_in", "suppression_emit_total", "late_records")
+    row = _metrics_row(previous.name, ran)
+    totals = {
+        k: (previous.totals.get(k) or 0) + row[k] if row[k] is not None else previous.totals.get(k) for k in summed
+    }
+    gate = _audited(ran.audit.report) if ran.audit is not None else None
+    return replace(
+        previous,
+        last_batch={
+            "batch_id": ran.batch_id,
+            "seq": ran.seq,
+            "committed_at": _iso(ran.committed_at),
+            "stream_time": _iso(ran.stream_time),
+        },
+        batches=[*previous.batches, {**{k: _iso(v) for k, v in row.items()}, "gate": _as_dict(gate)}][-KEPT:],
+        batch_count=previous.batch_count + 1,
+        totals=totals,
+        validation=asdict(validation) if validation else None,
+    )
+
+
+def save(spark: SparkSession, warehouse: str, name: str, ran: BatchResult | None = None) -> PipelineStatus:
+    """Leave the status of ``name`` at ``snapshot_location`` (through Hadoop, as jobs write); a
+    pipeline that never attempted a batch (a run refused before writing) gets no file. After a
+    batch this run committed (``ran``), the status is the one the last job left, advanced by
+    what this run holds (``_advanced``: its cost does not grow with the pipeline's history);
+    otherwise it is read."""
     from ..storage import files
 
-    status = read(spark, warehouse, name)
+    status = None
+    if ran is not None and (left := files.get_text(spark, snapshot_location(warehouse, name))) is not None:
+        previous = PipelineStatus.from_json(json.loads(left))
+        status = _advanced(previous, outcome.read_in_job(spark, warehouse, name, "batch"), ran)
+    status = status or read(spark, warehouse, name)
     if status.started:
         files.put_text(spark, snapshot_location(warehouse, name), json.dumps(status.to_json(), default=str))
     return status

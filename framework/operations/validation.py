@@ -140,5 +140,5 @@ def after_run(
         suite_digest=digest,
     )
     files.put_text(spark, location(warehouse, p.name, kind), found.to_json())
-    status.save(spark, warehouse, p.name)
+    status.save(spark, warehouse, p.name, None if isinstance(run, ReplayResult) else run)
     return found
