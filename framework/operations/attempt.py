@@ -449,7 +449,18 @@ class BatchAttempt:
         tag = self._tag("commit")
 
         def write(txn_version: int) -> None:
-            state.commit(spark, path, self.p, planned.effect, bookkeeping, planned.stream_time, tag, txn_version, kept)
+            state.commit(
+                spark,
+                path,
+                self.p,
+                planned.effect,
+                bookkeeping,
+                planned.stream_time,
+                tag,
+                txn_version,
+                kept,
+                planned.changed_buckets,
+            )
 
         made = ledger.commit_point(spark, path, seen, tag, write)
         if made is None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..definition.columns import TS
+from ..definition.columns import BUCKET, TS
 from ..definition.pipeline import Pipeline
 from ..errors import BufferFullError
 from ..execution import plans, ratelimit
@@ -42,6 +42,7 @@ class Plan:
     emitted: int  # rows for the sink
     windows_open: int  # windows open after the batch
     buffered: dict | None  # rate-limiting buffer statistics
+    changed_buckets: tuple[int, ...] | None  # the window-state partitions MERGEd state changes touch
 
 
 class Kept:
@@ -113,6 +114,8 @@ def plan(
 
     results = kept(effect.results)  # for the counts, the audit and the staging write
     effect = replace(effect, results=results, closed=results if effect.results_are_closed else effect.closed)
+    if effect.state_changes is not None:  # read by the counts and the commit point's MERGE
+        effect = replace(effect, state_changes=kept(effect.state_changes))
     same = effect.results_are_closed and not p.steps  # every closed window is a sink row
     frames = {
         "counters": effect.counted.agg(*[v.alias(k) for k, v in effect.counters.items()]),
@@ -124,6 +127,8 @@ def plan(
         frames["opened"] = _count(effect.opened)
     else:
         frames["open"] = _count(effect.open_windows)
+    if effect.state_changes is not None:
+        frames["changed"] = effect.state_changes.agg(F.collect_set(BUCKET).alias("buckets"))
     if effect.limited is not None:
         frames["buffered"] = effect.limited.stats()
     elif holds_until_close(p):
@@ -143,6 +148,7 @@ def plan(
         emitted=emitted,
         windows_open=open_now,
         buffered=buffered if effect.limited is not None else None,
+        changed_buckets=tuple(sorted(tally["changed"]["buckets"] or ())) if "changed" in frames else None,
     )
 
 

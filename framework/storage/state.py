@@ -44,6 +44,7 @@ def commit(
     tag: str,
     txn_version: int,
     cache: Callable[[DataFrame], DataFrame],
+    buckets: tuple[int, ...] | None = None,
 ) -> None:
     """The commit point: in one commit to the ``_state`` table at ``path``, tagged ``tag`` and
     made with transaction version ``txn_version``, the batch's window state change and its
@@ -51,7 +52,12 @@ def commit(
     touches). Window state is rewritten where the plan replaces it, else its changes are MERGEd
     by window identity (gone and closed windows deleted; sliding windows are held after they
     close, until the plan marks them gone, as later records find their previous record through
-    them); a batch that changes no window state appends its bookkeeping rows."""
+    them); a batch that changes no window state appends its bookkeeping rows.
+
+    The MERGE reads only the window partitions its changes are in (``buckets``, when known): a
+    window's partition follows from its bounds, so a stored row with a changed window's identity
+    is in that window's partition, and a batch's MERGE costs what it changed, not every open
+    window (a changed ``Runtime(bucket=...)`` is refused before it gets here)."""
     windows = f"{BUCKET} >= 0"
     if effect.state_rewrite is not None:
         rows, replaced = effect.state_rewrite
@@ -68,6 +74,8 @@ def commit(
     columns = [c for c in source.columns if c != GONE]
     tables.create(spark, path, source.select(*columns).schema, partition_by=BUCKET)
     on = f"t.{windows} AND s.{windows} AND {tables.matching(p.identity)}"
+    if buckets is not None:
+        on += f" AND t.{BUCKET} IN ({', '.join(map(str, buckets))})" if buckets else " AND false"
     held = p.windows is not None and p.windows.held_after_close
     due = "false" if held else f"s.{CLOSE} <= {sta if sta is not None else NO_TIME}"
     clauses = [
