@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from .attempt import BatchResult
-    from .quality import Report
 
 #: The unit of each metric that has one; the others are counts.
 UNITS = {
@@ -307,19 +306,6 @@ def snapshot_location(warehouse: str, name: str) -> str:
     return f"{warehouse.rstrip('/')}/{name}/{GATE}/{SNAPSHOT}"
 
 
-def _audited(report: Report) -> Gate:
-    """An audit's report as ``_gate`` reads it back from ``quality_results``."""
-
-    def failed(critical: bool) -> tuple[str, ...]:
-        return tuple(
-            f"{c.expectation}: {c.observed}"
-            for c in report.checks
-            if not c.success and (c.severity == "critical") == critical
-        )
-
-    return Gate(checked=len(report.checks), failed=failed(True), warnings=failed(False))
-
-
 def _metrics_row(name: str, ran: BatchResult) -> dict:
     """The metrics row ``bookkeeping.read_metrics`` gives for the batch ``ran`` committed, from
     the values the run holds (each as its column's type reads it)."""
@@ -349,7 +335,7 @@ def _advanced(previous: PipelineStatus, validation: outcome.Outcome | None, ran:
     totals = {
         k: (previous.totals.get(k) or 0) + row[k] if row[k] is not None else previous.totals.get(k) for k in summed
     }
-    gate = _audited(ran.audit.report) if ran.audit is not None else None
+    gate = _gate(list(ran.audit.report.checks)) if ran.audit is not None else None  # as read back
     return replace(
         previous,
         last_batch={
