@@ -167,9 +167,9 @@ class BatchAttempt:
             )
             rows_out = sinks.shape(self.p, planned.effect.results, self.batch_id, planned.stream_time)
             audit = self._audit(planned, rows_out)
-            written = self._write(planned, rows_out, kept)
+            written = self._write(planned, rows_out)
             values = batch_metrics(self.p, planned, inp, started_at)
-            commit = self._commit(planned, inp, input_df, written, values, kept)
+            commit = self._commit(planned, inp, input_df, written, values)
         finally:
             kept.release()
         metrics.report(self.p.name, self.batch_id, self.seq, values)
@@ -330,7 +330,7 @@ class BatchAttempt:
         return Audit(report, version)
 
     # ---- 4. write -------------------------------------------------------------------------------
-    def _write(self, planned: Plan, rows_out: DataFrame, kept: Kept) -> dict[str, int | None]:
+    def _write(self, planned: Plan, rows_out: DataFrame) -> dict[str, int | None]:
         """The buffer advanced and the sink rows staged, at the same time, beside reading the
         snapshots the commit point and publication write to; the version the buffer is at, by
         write point."""
@@ -400,7 +400,6 @@ class BatchAttempt:
         input_df: DataFrame,
         written: dict[str, int | None],
         values: dict,
-        kept: Kept,
     ) -> LedgerRow:
         """Mark what to publish, then commit the state change, the ledger row and the late
         records in one commit: the commit point."""
@@ -438,10 +437,10 @@ class BatchAttempt:
         rejected = rejected_records(inp, self.batch_id, self.seq)
         if rejected is not None:
             bookkeeping = bookkeeping.unionByName(entries.to_rows(rejected, self.seq, REJECTED_BUCKET))
-        self._write_point("commit_point", lambda: self._commit_point(commit, planned, bookkeeping, kept))
+        self._write_point("commit_point", lambda: self._commit_point(commit, planned, bookkeeping))
         return commit
 
-    def _commit_point(self, commit: LedgerRow, planned: Plan, bookkeeping: DataFrame, kept: Kept) -> None:
+    def _commit_point(self, commit: LedgerRow, planned: Plan, bookkeeping: DataFrame) -> None:
         """Pass the commit point, or stop: another batch or replay committed since the ledger
         was read. A commit that lost to maintenance (the fence unchanged) is made again."""
         spark, path, seen = self.s.spark, self.t.state, self.seen
@@ -458,7 +457,6 @@ class BatchAttempt:
                 planned.stream_time,
                 tag,
                 txn_version,
-                kept,
                 planned.changed_buckets,
             )
 

@@ -40,6 +40,7 @@ UNITS = {
 KEPT = 500  # batches a status keeps: the most recent ones (what the status page charts)
 QUALITY_RESULTS = "quality_results"  # the warehouse's table of expectation results (operations.quality)
 SNAPSHOT = "status.json"  # a job's status, left beside its gate outcome for the Airflow plugin
+SUMMED = ("records_in", "suppression_emit_total", "late_records")  # the metrics a status totals over all batches
 
 
 def scale(unit: str, value: float) -> tuple[int, str]:
@@ -140,9 +141,8 @@ def read(spark: SparkSession, warehouse: str, name: str) -> PipelineStatus:
     metrics = bookkeeping.read_metrics(spark, root) if last else None
     rows, count, totals = [], 0, {}
     if metrics is not None:
-        summed = ("records_in", "suppression_emit_total", "late_records")
-        count, *sums = metrics.agg(F.count(F.lit(1)), *[F.sum(c) for c in summed]).first() or (0,)
-        totals = dict(zip(summed, sums))
+        count, *sums = metrics.agg(F.count(F.lit(1)), *[F.sum(c) for c in SUMMED]).first() or (0,)
+        totals = dict(zip(SUMMED, sums))
         rows = [r.asDict() for r in metrics.orderBy(F.desc("seq")).limit(KEPT).collect()][::-1]
     committed = [r["batch_id"] for r in rows]
     gates = _audits(spark, warehouse, name, committed, last.at if last else None)
@@ -330,10 +330,9 @@ def _advanced(previous: PipelineStatus, validation: outcome.Outcome | None, ran:
         return None
     if previous.unpublished or ran.committed_at is None:
         return None
-    summed = ("records_in", "suppression_emit_total", "late_records")
     row = _metrics_row(previous.name, ran)
     totals = {
-        k: (previous.totals.get(k) or 0) + row[k] if row[k] is not None else previous.totals.get(k) for k in summed
+        k: (previous.totals.get(k) or 0) + row[k] if row[k] is not None else previous.totals.get(k) for k in SUMMED
     }
     gate = _gate(list(ran.audit.report.checks)) if ran.audit is not None else None  # as read back
     return replace(

@@ -6,8 +6,6 @@ Why that is safe: docs/design.md#commit-point-and-fencing and docs/design.md#sta
 
 from __future__ import annotations
 
-from typing import Callable
-
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -43,8 +41,7 @@ def commit(
     sta: int | None,
     tag: str,
     txn_version: int,
-    cache: Callable[[DataFrame], DataFrame],
-    buckets: tuple[int, ...] | None = None,
+    buckets: tuple[int, ...] | None,
 ) -> None:
     """The commit point: in one commit to the ``_state`` table at ``path``, tagged ``tag`` and
     made with transaction version ``txn_version``, the batch's window state change and its
@@ -54,7 +51,8 @@ def commit(
     close, until the plan marks them gone, as later records find their previous record through
     them); a batch that changes no window state appends its bookkeeping rows.
 
-    The MERGE reads only the window partitions its changes are in (``buckets``, when known): a
+    The MERGE reads only the window partitions its changes are in (``buckets``, which planning
+    collected from the changes it keeps for the counts and this MERGE): a
     window's partition follows from its bounds, so a stored row with a changed window's identity
     is in that window's partition, and a batch's MERGE costs what it changed, not every open
     window (a changed ``Runtime(bucket=...)`` is refused before it gets here)."""
@@ -69,8 +67,7 @@ def commit(
         tables.create(spark, path, bookkeeping.schema, partition_by=BUCKET)
         writes.save(bookkeeping, path, tag, mergeSchema="true", **writes.once(txn_version))
         return
-    changes = cache(effect.state_changes)
-    source = changes.unionByName(bookkeeping.withColumn(GONE, F.lit(False)), allowMissingColumns=True)
+    source = effect.state_changes.unionByName(bookkeeping.withColumn(GONE, F.lit(False)), allowMissingColumns=True)
     columns = [c for c in source.columns if c != GONE]
     tables.create(spark, path, source.select(*columns).schema, partition_by=BUCKET)
     on = f"t.{windows} AND s.{windows} AND {tables.matching(p.identity)}"
