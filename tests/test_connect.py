@@ -1,7 +1,8 @@
 """Spark Connect (#40), as far as it goes today: a thin client of a Connect server (a process of
 its own, ``SPARK_REMOTE`` set, no JVM) reads what classic batches wrote: whether each table
 exists, its id and version, the final results and the ledger, equal to the classic session's
-answers.
+answers; and it writes, reads, lists and removes the small files beside the tables in a form
+that a classic session and the quality-gate task (no Spark) read too.
 
 The client runs in a subprocess: PySpark marks its whole process as a Connect client once a
 Connect session starts (``SPARK_CONNECT_MODE_ENABLED``), which would turn this worker's classic
@@ -18,14 +19,15 @@ from connectserver import connect_server
 from harness import results, run_stream, unsunk
 
 from framework import Runtime
-from framework.storage import tables
+from framework.operations import outcome
+from framework.storage import classic, commitlog, files, tables
 
 pytestmark = pytest.mark.timeout(900)
 
 CLIENT = """
 import json, os, sys
 from framework import Runtime, spark_session
-from framework.storage import tables
+from framework.storage import commitlog, tables
 from harness import results, unsunk
 import pyspark
 
@@ -41,6 +43,8 @@ got = {
     "head": tables.head(spark, t.output),
     "rows": results(rt, p),
     "ledger": sorted(r["batch_id"] for r in rt.read_ledger(p).collect()),
+    "commits": commitlog.commits_after(spark, t.state, 0),  # read by name, in one job
+    "past_head": commitlog.commits_after(spark, t.state, 1000),
 }
 
 
@@ -62,6 +66,43 @@ print(json.dumps(got))
 """
 
 
+SMALL_FILES = """
+import json, sys
+from framework import spark_session
+from framework.storage import files
+
+root = sys.argv[1]
+spark = spark_session("connect-files")
+got = {"classic": files.get_text(spark, f"{root}/classic.txt")}
+files.put_text(spark, f"{root}/connect.json", sys.argv[2])
+got["connect"] = files.get_text(spark, f"{root}/connect.json")
+got["names"] = files.list_names(spark, f"{root}/staging")
+got["marker"] = files.get_text(spark, f"{root}/staging/3-abc/batch_id")
+got["staged"] = [files.is_staged(spark, f"{root}/staging/{name}/output") for name in ("3-abc", "4-def")]
+files.remove(spark, f"{root}/staging/3-abc/output")
+files.remove(spark, f"{root}/staging/4-def")
+files.put_text(spark, f"{root}/gone.json", "soon gone")
+files.remove(spark, f"{root}/gone.json")
+got["after"] = {
+    "names": files.list_names(spark, f"{root}/staging"),
+    "staged": files.is_staged(spark, f"{root}/staging/3-abc/output"),
+    "gone": files.get_text(spark, f"{root}/gone.json"),
+    "missing": files.get_text(spark, f"{root}/missing.json"),
+    "none": files.list_names(spark, f"{root}/none"),
+}
+print(json.dumps(got))
+"""
+
+
+def _client(server, script, *args):
+    """Run ``script`` in a Connect client process of ``server``; what it printed last, as JSON."""
+    tests = os.path.dirname(__file__)
+    env = dict(os.environ, SPARK_REMOTE=server.url, PYTHONPATH=os.pathsep.join([tests, os.path.dirname(tests)]))
+    done = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     with connect_server(tmp_path_factory.mktemp("connect") / "server.log") as running:
@@ -72,14 +113,37 @@ def test_a_thin_client_reads_what_classic_batches_wrote(spark, server, warehouse
     rt = Runtime(spark, warehouse, quality=False)
     p = unsunk("thin").to("out")
     run_stream(rt, p, [[("A", 1, 1), ("B", 4, 2)], [("A", 12, 3)], [("B", 30, 4)]])
-    tests = os.path.dirname(__file__)
-    env = dict(os.environ, SPARK_REMOTE=server.url, PYTHONPATH=os.pathsep.join([tests, os.path.dirname(tests)]))
-    done = subprocess.run([sys.executable, "-c", CLIENT, warehouse], env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    got = _client(server, CLIENT, warehouse)
     assert got["session"] == "pyspark.sql.connect.session" and not got["gateway"]
     assert not [c for c in got["children"] if "java" in c], got["children"]
     assert got["exists"] == {"state": True, "output": True, "none": False}
     assert tuple(got["head"]) == tables.head(spark, rt.tables(p).output)
     assert got["rows"] == json.loads(json.dumps(results(rt, p)))
     assert got["ledger"] == ["b0000", "b0001", "b0002"] and len(got["rows"]) == 3
+    commits = commitlog.commits_after(spark, rt.tables(p).state, 0)
+    assert got["commits"] == [list(c) for c in commits] and len(commits) >= 2 and got["past_head"] is None
+
+
+def test_small_files_written_over_connect_read_as_classic_ones_and_back(spark, server, tmp_path):
+    """The staging markers, the gate's outcome and the status, written, read, listed and removed
+    by a thin client, and read by a classic session and by the quality-gate task (no Spark); a
+    classic write over the client's form replaces it."""
+    root = str(tmp_path)
+    classic_text, connect_text = 'line one\nline "two"', '{"a": "x\\ny"}\n second line'
+    files.put_text(spark, f"{root}/classic.txt", classic_text)
+    for name in ("3-abc", "4-def"):
+        files.stage(spark.range(3), f"{root}/staging/{name}/output")
+        files.put_text(spark, f"{root}/staging/{name}/batch_id", f"b-{name}")
+    got = _client(server, SMALL_FILES, root, connect_text)
+    assert got["classic"] == classic_text and got["connect"] == connect_text
+    assert got["names"] == ["3-abc", "4-def"] and got["marker"] == "b-3-abc" and got["staged"] == [True, True]
+    assert got["after"] == {"names": ["3-abc"], "staged": False, "gone": None, "missing": None, "none": []}
+    # what the client wrote and removed, as a classic session and the gate task read it
+    assert os.path.isdir(f"{root}/connect.json")
+    assert files.get_text(spark, f"{root}/connect.json") == connect_text == outcome.read_text(f"{root}/connect.json")
+    assert files.get_text(spark, f"{root}/gone.json") is None and outcome.read_text(f"{root}/gone.json") is None
+    assert not files.is_staged(spark, f"{root}/staging/3-abc/output")
+    files.put_text(spark, f"{root}/connect.json", "classic again")
+    assert os.path.isfile(f"{root}/connect.json") and outcome.read_text(f"{root}/connect.json") == "classic again"
+    classic.write_file(spark, f"{root}/gone.json", "in place")  # as put_text writes on an object store
+    assert os.path.isfile(f"{root}/gone.json") and files.get_text(spark, f"{root}/gone.json") == "in place"

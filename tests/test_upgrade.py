@@ -54,3 +54,34 @@ def test_an_upgrade_killed_half_way_runs_again(spark, legacy):
     run(rt, p, LATER, len(FIRST))
     expected = json.loads((FIXTURES / "legacy_expected.json").read_text())
     assert rows(rt, p) == expected[p.name]
+
+
+def test_a_batch_staged_by_the_version_before_is_published_after_the_upgrade(spark, tmp_path):
+    """Earlier versions named a staging folder's markers ``_publish.json`` and ``_batch_id``
+    (hidden from Spark Connect's reads, so renamed). A batch they committed but did not publish
+    is published by the next run, once: its rows are not taken for gone."""
+    from harness import frame, results, unsunk
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_publish(at):
+        if at == "publish":
+            raise Stop
+
+    p = unsunk("renamed").to("out")
+    batches = [[("A", 1, 1), ("B", 4, 2)], [("A", 12, 3)], [("B", 30, 4)]]
+    clean = Runtime(spark, str(tmp_path / "clean"), quality=False)
+    for i, batch in enumerate(batches):
+        clean.run_batch(p, f"b{i}", frame(spark, batch, i * 10))
+    rt = Runtime(spark, str(tmp_path / "lake"), quality=False)
+    rt.run_batch(p, "b0", frame(spark, batches[0], 0))
+    crashing = Runtime(spark, str(tmp_path / "lake"), quality=False, before_write=stop_at_publish)
+    with pytest.raises(Stop):
+        crashing.run_batch(p, "b1", frame(spark, batches[1], 10))
+    (folder,) = Path(rt.tables(p).staging).iterdir()
+    (folder / "publish.json").rename(folder / "_publish.json")  # as the version before named them
+    (folder / "batch_id").rename(folder / "_batch_id")
+    assert rt.run_batch(p, "b1", frame(spark, batches[1], 10)).status == "already committed"
+    rt.run_batch(p, "b2", frame(spark, batches[2], 20))
+    assert results(rt, p) == results(clean, p) and len(results(rt, p)) == 3

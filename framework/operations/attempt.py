@@ -53,7 +53,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("framework.runtime")
 
 WRITE_POINTS = ("buffer", "output", "commit_point", "publish")
-ATTEMPTED = "_batch_id"  # in a staging folder: the batch its attempt runs
+ATTEMPTED = "batch_id"  # in a staging folder: the batch its attempt runs
+ATTEMPTED_BEFORE = "_batch_id"  # its name in folders that earlier versions staged (see ``PUBLICATION_BEFORE``)
 
 
 @dataclass(frozen=True)
@@ -299,7 +300,10 @@ class BatchAttempt:
         batch may be re-run with corrected input; nothing else needs it."""
         for name in pending:
             if name.startswith(f"{self.seq}-"):
-                other = files.get_text(self.s.spark, f"{self.t.staging}/{name}/{ATTEMPTED}")
+                folder = f"{self.t.staging}/{name}"
+                other = files.get_text(self.s.spark, f"{folder}/{ATTEMPTED}") or files.get_text(
+                    self.s.spark, f"{folder}/{ATTEMPTED_BEFORE}"
+                )
                 if other is not None and other != self.batch_id:
                     raise BatchOrderError(
                         f"{self.steps.where}: batch {other!r} (seq {self.seq}) was attempted and has not committed "

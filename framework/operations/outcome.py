@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 
 from ..definition.names import GATE
 from ..errors import FrameworkError
+from ..storage.smallfile import text_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -95,13 +96,24 @@ def read_in_job(spark: SparkSession, warehouse: str, pipeline: str, kind: str) -
 
 def read_text(where: str) -> str | None:
     """The text of the small file at ``where`` (a local path or an object-store URI, read as the
-    Airflow worker can: without Spark), or None if there is none."""
+    Airflow worker can: without Spark), in either of its forms (``storage.smallfile``), or None
+    if there is none."""
+    from pyarrow import fs
+
     files, path = filesystem(where)
-    try:
-        with files.open_input_stream(path) as stream:
-            return stream.read().decode("utf-8")
-    except FileNotFoundError:
+    info = files.get_file_info(path)
+    if info.type == fs.FileType.NotFound:
         return None
+    if info.type == fs.FileType.Directory:  # the form a Spark Connect session writes
+        inside = files.get_file_info(fs.FileSelector(path))
+        found = {i.base_name: _read(files, i.path) for i in inside if not i.base_name.startswith(("_", "."))}
+        return text_of(info.base_name, found)
+    return _read(files, path)
+
+
+def _read(files, path: str) -> str:
+    with files.open_input_stream(path) as stream:
+        return stream.read().decode("utf-8")
 
 
 def filesystem(where: str):

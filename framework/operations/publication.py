@@ -24,7 +24,10 @@ from ..storage import files, sinks, tables, writes
 from ..storage.ledger import LedgerRow
 from .steps import Steps
 
-PUBLICATION = "_publish.json"  # in a staging folder: what to publish once its attempt committed
+PUBLICATION = "publish.json"  # in a staging folder: what to publish once its attempt committed
+# its name in folders that earlier versions staged: hidden from Spark Connect's reads, still read
+# here, so that a batch committed before an upgrade is published after it
+PUBLICATION_BEFORE = "_publish.json"
 REPLAYS = f"{writes.LEDGER_APP}.replay"  # Delta txnAppId of a replay's publications
 
 
@@ -106,7 +109,9 @@ def finish(steps: Steps, p: Pipeline, t: tables.Tables, last: LedgerRow | None) 
         folder = f"{t.staging}/{name}"
         manifest = None
         if last is not None and attempt == last.attempt:
-            text = files.get_text(spark, f"{folder}/{PUBLICATION}")
+            text = files.get_text(spark, f"{folder}/{PUBLICATION}") or files.get_text(
+                spark, f"{folder}/{PUBLICATION_BEFORE}"
+            )
             manifest = Manifest.from_json(text) if text else None
             if manifest is not None and all(files.is_staged(spark, f"{folder}/{s}") for s in manifest.staged):
                 # a commit of another writer (OPTIMIZE, table properties) or of another publisher

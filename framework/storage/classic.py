@@ -69,7 +69,13 @@ def _hadoop_path(spark: SparkSession, path: str) -> tuple[Any, Any]:
 def write_file(spark: SparkSession, path: str, text: str) -> None:
     """Create (or overwrite) the file at ``path`` with ``text``."""
     fs, located = _hadoop_path(spark, path)
-    out = fs.create(located, True)
+    try:
+        out = fs.create(located, True)
+    except Py4JJavaError:
+        if not fs.isDirectory(located):  # the form a Spark Connect session writes (``smallfile``) is a folder
+            raise
+        fs.delete(located, True)
+        out = fs.create(located, True)
     try:
         out.write(bytearray(text.encode("utf-8")))
     finally:
@@ -80,16 +86,31 @@ def move(spark: SparkSession, source: str, target: str) -> None:
     """Replace ``target`` with the file at ``source``."""
     fs, to = _hadoop_path(spark, target)
     _, written = _hadoop_path(spark, source)
-    fs.delete(to, False)
+    fs.delete(to, True)  # a file, or the folder a Spark Connect session writes (``smallfile``)
     if not fs.rename(written, to):
         raise OSError(f"could not move {source} to {target}")
 
 
-def read_file(spark: SparkSession, path: str) -> str | None:
-    """A small file's text, or None if it does not exist."""
+def read_texts(spark: SparkSession, path: str) -> dict[str, str] | None:
+    """The text of the file at ``path``, or of each file the folder at ``path`` holds (hidden
+    ones, ``_`` or ``.``, left out), by name; None if nothing is there."""
     fs, located = _hadoop_path(spark, path)
-    if not fs.exists(located):
-        return None
+    try:
+        status = fs.getFileStatus(located)
+    except Py4JJavaError as e:
+        if raised_java(e, "java.io.FileNotFoundException"):
+            return None
+        raise
+    if not status.isDirectory():
+        return {located.getName(): _read(spark, fs, located)}
+    return {
+        status.getPath().getName(): _read(spark, fs, status.getPath())
+        for status in fs.listStatus(located)
+        if status.isFile() and not status.getPath().getName().startswith(("_", "."))
+    }
+
+
+def _read(spark: SparkSession, fs: Any, located: Any) -> str:
     io = _jvm(spark).java.io
     reader = io.BufferedReader(io.InputStreamReader(fs.open(located), "UTF-8"))
     try:

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import posixpath
 from typing import NamedTuple
-from urllib.parse import unquote
+from urllib.parse import unquote, urlparse
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from . import classic, locks
 
@@ -48,6 +49,8 @@ def commits_after(spark: SparkSession, path: str, version: int) -> list[Commit] 
     LogStore copies commit files into the log after the commit (``S3DynamoDBLogStore``)."""
     if _copied_after_commit(spark, path):
         return None
+    if not classic.is_classic(spark):
+        return _read_at_once(spark, path, version)
     actions_of = classic.commit_reader(spark, path)
     if actions_of is None:
         return None
@@ -72,11 +75,47 @@ def commits_after(spark: SparkSession, path: str, version: int) -> list[Commit] 
     return None
 
 
+def _read_at_once(spark: SparkSession, path: str, version: int) -> list[Commit] | None:
+    """``commits_after`` for a Spark Connect session, which reads a file only in a Spark job: the
+    files of ``version`` and of the ``MOST`` versions after it, named in one glob (which finds
+    those that exist: no listing), in one job. None when ``version``'s own file is gone (Delta's
+    cleanup, oldest first) or the versions after it run past what was asked for."""
+    log = f"{path.rstrip('/')}/_delta_log"
+    names = ",".join(f"{v:020d}.json" for v in range(max(version, 0), version + MOST + 2))
+    try:
+        found = spark.read.schema("commitInfo struct<operation: string, userMetadata: string>").json(
+            f"{log}/{{{names}}}"
+        )
+        rows = found.select(F.col("_metadata.file_name").alias("name"), "commitInfo").collect()
+    except AnalysisException:  # PATH_NOT_FOUND: none of them is there
+        return None
+    info: dict[int, Commit] = {}
+    for name, commit in rows:  # a row per action: commitInfo is one of a file's lines
+        v = int(name.split(".")[0])
+        if commit is not None:
+            info[v] = Commit(v, commit.operation, commit.userMetadata)
+        else:  # as ``commits_after`` reads a file without commitInfo
+            info.setdefault(v, Commit(v, None, None))
+    if version >= 0 and version not in info:
+        return None
+    after = sorted(v for v in info if v > version)
+    if after != list(range(version + 1, version + 1 + len(after))) or len(after) > MOST:
+        return None  # a gap (a file written while the glob was read), or more than asked for
+    return [info[v] for v in after]
+
+
 def _copied_after_commit(spark: SparkSession, path: str) -> bool:
     """Whether the LogStore of ``path``'s scheme commits elsewhere first and copies the commit
     file into the log afterwards (Delta's ``S3DynamoDBLogStore``), as Delta picks the LogStore
-    (``classic.delta_logstore``: from the SparkContext's conf, not the session's)."""
-    return not locks.is_local(path) and "DynamoDB" in classic.delta_logstore(spark, path)
+    (``classic.delta_logstore``: from the SparkContext's conf, not the session's; over Spark
+    Connect, the server's conf as the session reads it)."""
+    if locks.is_local(path):
+        return False
+    if not classic.is_classic(spark):
+        scheme = urlparse(path).scheme
+        keys = (f"spark.delta.logStore.{scheme}.impl", "spark.delta.logStore.class")
+        return any("DynamoDB" in (spark.conf.get(key, "") or "") for key in keys)
+    return "DynamoDB" in classic.delta_logstore(spark, path)
 
 
 def files_added(spark: SparkSession, path: str, after: int, upto: int) -> set[str] | None:
