@@ -94,6 +94,27 @@ print(json.dumps(got))
 """
 
 
+BATCHES = """
+import json, sys
+from framework import Runtime, spark_session
+from harness import frame, results, run_stream, unsunk
+
+warehouse, batches = sys.argv[1], json.loads(sys.argv[2])
+spark = spark_session("connect-batches")
+rt = Runtime(spark, warehouse, quality=False)
+p = unsunk("thin").to("out")
+ran = run_stream(rt, p, batches)
+again = rt.run_batch(p, "b0001", frame(spark, batches[1], len(batches[0])))
+print(json.dumps({
+    "session": type(spark).__module__,
+    "ran": [(r.seq, r.status, r.emitted, r.dropped_late) for r in ran],
+    "again": again.status,
+    "rows": results(rt, p),
+    "ledger": sorted((r["seq"], r["batch_id"], r["status"]) for r in rt.read_ledger(p).collect()),
+}))
+"""
+
+
 def _client(server, script, *args):
     """Run ``script`` in a Connect client process of ``server``; what it printed last, as JSON."""
     tests = os.path.dirname(__file__)
@@ -147,3 +168,23 @@ def test_small_files_written_over_connect_read_as_classic_ones_and_back(spark, s
     assert os.path.isfile(f"{root}/connect.json") and outcome.read_text(f"{root}/connect.json") == "classic again"
     classic.write_file(spark, f"{root}/gone.json", "in place")  # as put_text writes on an object store
     assert os.path.isfile(f"{root}/gone.json") and files.get_text(spark, f"{root}/gone.json") == "in place"
+
+
+def test_batches_from_a_thin_client_give_the_final_rows_of_classic_ones(spark, server, tmp_path):
+    """Three batches (an emission, a late record, a re-run that finds its batch committed) run
+    from a thin client over Connect: the same final rows, ledger and results as the classic
+    session's run of the same batches."""
+    batches = [[["A", 1, 1], ["B", 4, 2]], [["A", 12, 3], ["B", 3, 9]], [["B", 30, 4]]]
+    got = _client(server, BATCHES, str(tmp_path / "thin"), json.dumps(batches))
+    rt = Runtime(spark, str(tmp_path / "classic"), quality=False)
+    p = unsunk("thin").to("out")
+    ran = run_stream(rt, p, [[tuple(r) for r in b] for b in batches])
+    assert got["session"] == "pyspark.sql.connect.session"
+    assert got["ran"] == [[r.seq, r.status, r.emitted, r.dropped_late] for r in ran]
+    assert got["again"] == "already committed"
+    assert got["rows"] == json.loads(json.dumps(results(rt, p))) and len(got["rows"]) == 3
+    ledger = sorted((r["seq"], r["batch_id"], r["status"]) for r in rt.read_ledger(p).collect())
+    assert [tuple(r) for r in got["ledger"]] == ledger
+    staging = Runtime(spark, str(tmp_path / "thin"), quality=False).tables(p).staging
+    left = os.listdir(staging)  # over Connect a published folder is emptied, not deleted
+    assert left and not any(files.is_staged(spark, f"{staging}/{name}/output") for name in left)

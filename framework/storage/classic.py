@@ -54,9 +54,11 @@ def set_system_property(spark: SparkSession, key: str, value: str) -> None:
 
 
 def release(frames: list[DataFrame]) -> None:
-    """Drop the blocks of local checkpoints now, not when the JVM's garbage collector finds them."""
+    """Drop the blocks of local checkpoints now, not when the JVM's garbage collector finds them.
+    (A Spark Connect server drops a checkpoint's blocks once its client lets go of the frame.)"""
     for df in frames:
-        df._jdf.queryExecution().analyzed().rdd().unpersist(False)
+        if hasattr(df, "_jdf"):
+            df._jdf.queryExecution().analyzed().rdd().unpersist(False)
 
 
 # ---- files, through the Hadoop file system Delta uses ---------------------------------------

@@ -189,7 +189,10 @@ def head(spark: SparkSession, path: str) -> tuple[str, int] | None:
 def prepare(spark: SparkSession, path: str) -> None:
     """Compute the table's current snapshot with its transaction ids, which the next commit to
     it needs first: done ahead, beside other work, that commit starts from a cached snapshot.
-    Best effort: if this fails, the commit computes them itself and reports what fails."""
+    Best effort: if this fails, the commit computes them itself and reports what fails. Over
+    Spark Connect the server's Delta computes them at the commit: there is no snapshot to ask."""
+    if not classic.is_classic(spark):
+        return
     try:
         with classic.delta_snapshot(spark, path) as current:
             if current is not None:
