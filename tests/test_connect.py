@@ -16,7 +16,7 @@ import sys
 
 import pytest
 from connectserver import connect_server
-from harness import results, run_stream, unsunk
+from harness import frame, results, run_stream, unsunk
 
 from framework import Runtime
 from framework.operations import outcome
@@ -115,6 +115,73 @@ print(json.dumps({
 """
 
 
+CRASHES = """
+import json, sys
+from framework import Runtime, spark_session
+from framework.operations.attempt import WRITE_POINTS
+from harness import frame, results, unsunk
+
+root, batches = sys.argv[1], json.loads(sys.argv[2])
+spark = spark_session("connect-crashes")
+p = unsunk("crash").to("out")
+offsets = [sum(len(b) for b in batches[:i]) for i in range(len(batches))]
+
+
+class Crash(Exception):
+    pass
+
+
+def crash_at(point):
+    def fail(at):
+        if at == point:
+            raise Crash(point)
+    return fail
+
+
+def run(rt, i):
+    return rt.run_batch(p, f"b{i}", frame(spark, batches[i], offsets[i])).status
+
+
+got = {}
+for point in ("none", *(at for at in WRITE_POINTS if at != "buffer")):  # this pipeline has no buffer
+    rt = Runtime(spark, f"{root}/{point}", quality=False)
+    statuses = [run(rt, 0)]
+    try:
+        statuses.append(run(Runtime(spark, f"{root}/{point}", quality=False, before_write=crash_at(point)), 1))
+    except Crash:
+        statuses.append("crashed")
+    statuses += [run(rt, 1), run(rt, 2)]
+    ledger = sorted((r["seq"], r["batch_id"], r["status"]) for r in rt.read_ledger(p).collect())
+    got[point] = {"statuses": statuses, "rows": results(rt, p), "ledger": ledger}
+print(json.dumps(got))
+"""
+
+RACER = """
+import json, os, sys, time
+from framework import Runtime, spark_session
+from framework.errors import ConcurrentBatchError
+from harness import frame, unsunk
+
+warehouse, barrier, name, batch = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+spark = spark_session("connect-racer")
+
+
+def meet(at):  # both clients reach their commit point before either passes it
+    if at == "commit_point":
+        open(os.path.join(barrier, name), "w").close()
+        deadline = time.monotonic() + 300
+        while len(os.listdir(barrier)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+rt = Runtime(spark, warehouse, quality=False, before_write=meet)
+try:
+    print(json.dumps(rt.run_batch(unsunk("race").to("out"), "b0001", frame(spark, batch, 2)).status))
+except ConcurrentBatchError:
+    print(json.dumps("fenced out"))
+"""
+
+
 def _client(server, script, *args):
     """Run ``script`` in a Connect client process of ``server``; what it printed last, as JSON."""
     tests = os.path.dirname(__file__)
@@ -188,3 +255,43 @@ def test_batches_from_a_thin_client_give_the_final_rows_of_classic_ones(spark, s
     staging = Runtime(spark, str(tmp_path / "thin"), quality=False).tables(p).staging
     left = os.listdir(staging)  # over Connect a published folder is emptied, not deleted
     assert left and not any(files.is_staged(spark, f"{staging}/{name}/output") for name in left)
+
+
+def test_a_thin_client_crashing_before_any_write_then_rerun_ends_as_a_clean_run(server, tmp_path):
+    """From a thin client: b1 crashes before each write point (the staged rows, the commit point,
+    publication) and is run again, then b2 runs: every warehouse ends with the rows and ledger of
+    the run without a crash."""
+    batches = [[["A", 1, 1], ["B", 4, 2]], [["A", 12, 3], ["B", 3, 9]], [["B", 30, 4]]]
+    got = _client(server, CRASHES, str(tmp_path), json.dumps(batches))
+    clean = got.pop("none")
+    assert sorted(got) == ["commit_point", "output", "publish"]
+    assert clean["statuses"] == ["committed", "committed", "already committed", "committed"] and clean["rows"]
+    for point, after in got.items():
+        assert after["statuses"][1] == "crashed", point
+        assert after["statuses"][2] == ("already committed" if point == "publish" else "committed"), point
+        assert (after["rows"], after["ledger"]) == (clean["rows"], clean["ledger"]), point
+
+
+def test_two_thin_clients_racing_one_batch_commit_it_once(spark, server, tmp_path):
+    """Two clients of one server run batch b1 at once, meeting at their commit point: one
+    commits, the other is fenced out; the rows are a clean run's."""
+    batches = [[("A", 1, 1), ("B", 4, 2)], [("A", 12, 3)], [("B", 30, 4)]]
+    clean = Runtime(spark, str(tmp_path / "clean"), quality=False)
+    p = unsunk("race").to("out")
+    run_stream(clean, p, batches)
+    rt = Runtime(spark, str(tmp_path / "raced"), quality=False)
+    rt.run_batch(p, "b0000", frame(spark, batches[0]))
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    tests = os.path.dirname(__file__)
+    env = dict(os.environ, SPARK_REMOTE=server.url, PYTHONPATH=os.pathsep.join([tests, os.path.dirname(tests)]))
+    command = [sys.executable, "-c", RACER, str(tmp_path / "raced"), str(barrier)]
+    racers = [
+        subprocess.Popen([*command, name, json.dumps(batches[1])], env=env, stdout=subprocess.PIPE, text=True)
+        for name in ("one", "two")
+    ]
+    outcomes = sorted(json.loads(r.communicate(timeout=600)[0].strip().splitlines()[-1]) for r in racers)
+    assert outcomes == ["committed", "fenced out"]
+    assert rt.run_batch(p, "b0001", frame(spark, batches[1], 2)).status == "already committed"
+    rt.run_batch(p, "b0002", frame(spark, batches[2], 3))
+    assert results(rt, p) == results(clean, p)
