@@ -301,9 +301,7 @@ class BatchAttempt:
         for name in pending:
             if name.startswith(f"{self.seq}-"):
                 folder = f"{self.t.staging}/{name}"
-                other = files.get_text(self.s.spark, f"{folder}/{ATTEMPTED}") or files.get_text(
-                    self.s.spark, f"{folder}/{ATTEMPTED_BEFORE}"
-                )
+                other = files.get_text(self.s.spark, f"{folder}/{ATTEMPTED}", f"{folder}/{ATTEMPTED_BEFORE}")
                 if other is not None and other != self.batch_id:
                     raise BatchOrderError(
                         f"{self.steps.where}: batch {other!r} (seq {self.seq}) was attempted and has not committed "

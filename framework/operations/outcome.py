@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 from ..definition.names import GATE
 from ..errors import FrameworkError
-from ..storage.smallfile import text_of
+from ..storage.smallfile import text_of, visible
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -106,7 +106,7 @@ def read_text(where: str) -> str | None:
         return None
     if info.type == fs.FileType.Directory:  # the form a Spark Connect session writes
         inside = files.get_file_info(fs.FileSelector(path))
-        found = {i.base_name: _read(files, i.path) for i in inside if not i.base_name.startswith(("_", "."))}
+        found = {i.base_name: _read(files, i.path) for i in inside if visible(i.base_name)}
         return text_of(info.base_name, found)
     return _read(files, path)
 

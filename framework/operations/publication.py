@@ -109,9 +109,7 @@ def finish(steps: Steps, p: Pipeline, t: tables.Tables, last: LedgerRow | None) 
         folder = f"{t.staging}/{name}"
         manifest = None
         if last is not None and attempt == last.attempt:
-            text = files.get_text(spark, f"{folder}/{PUBLICATION}") or files.get_text(
-                spark, f"{folder}/{PUBLICATION_BEFORE}"
-            )
+            text = files.get_text(spark, f"{folder}/{PUBLICATION}", f"{folder}/{PUBLICATION_BEFORE}")
             manifest = Manifest.from_json(text) if text else None
             if manifest is not None and all(files.is_staged(spark, f"{folder}/{s}") for s in manifest.staged):
                 # a commit of another writer (OPTIMIZE, table properties) or of another publisher

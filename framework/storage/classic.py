@@ -19,6 +19,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
 from ..errors import FrameworkError
+from .smallfile import visible
 
 JavaError = Py4JJavaError  # how a classic session raises what Spark has not converted
 
@@ -95,7 +96,7 @@ def move(spark: SparkSession, source: str, target: str) -> None:
 
 def read_texts(spark: SparkSession, path: str) -> dict[str, str] | None:
     """The text of the file at ``path``, or of each file the folder at ``path`` holds (hidden
-    ones, ``_`` or ``.``, left out), by name; None if nothing is there."""
+    ones left out: ``smallfile.visible``), by name; None if nothing is there."""
     fs, located = _hadoop_path(spark, path)
     try:
         status = fs.getFileStatus(located)
@@ -106,9 +107,9 @@ def read_texts(spark: SparkSession, path: str) -> dict[str, str] | None:
     if not status.isDirectory():
         return {located.getName(): _read(spark, fs, located)}
     return {
-        status.getPath().getName(): _read(spark, fs, status.getPath())
-        for status in fs.listStatus(located)
-        if status.isFile() and not status.getPath().getName().startswith(("_", "."))
+        entry.getPath().getName(): _read(spark, fs, entry.getPath())
+        for entry in fs.listStatus(located)
+        if entry.isFile() and visible(entry.getPath().getName())
     }
 
 

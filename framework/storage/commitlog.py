@@ -77,9 +77,9 @@ def commits_after(spark: SparkSession, path: str, version: int) -> list[Commit] 
 
 def _read_at_once(spark: SparkSession, path: str, version: int) -> list[Commit] | None:
     """``commits_after`` for a Spark Connect session, which reads a file only in a Spark job: the
-    files of ``version`` and of the ``MOST`` versions after it, named in one glob (which finds
-    those that exist: no listing), in one job. None when ``version``'s own file is gone (Delta's
-    cleanup, oldest first) or the versions after it run past what was asked for."""
+    files of ``version`` and of the ``MOST`` versions after it (and one more, to tell whether more
+    follow), named in one glob (which finds those that exist: no listing), in one job. None when
+    ``version``'s own file is gone (Delta's cleanup, oldest first) or more than ``MOST`` follow."""
     log = f"{path.rstrip('/')}/_delta_log"
     names = ",".join(f"{v:020d}.json" for v in range(max(version, 0), version + MOST + 2))
     try:

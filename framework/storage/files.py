@@ -44,8 +44,14 @@ def put_text(spark: SparkSession, path: str, text: str) -> None:
     classic.move(spark, written, path)
 
 
-def get_text(spark: SparkSession, path: str) -> str | None:
-    """A small file's text, in either form, or None if it does not exist (or was removed)."""
+def get_text(spark: SparkSession, path: str, *older: str) -> str | None:
+    """A small file's text, in either form, or None if it does not exist (or was removed);
+    ``older``: where earlier versions kept the same file, read in turn when ``path`` holds none."""
+    text = _text(spark, path)
+    return text if text is not None or not older else get_text(spark, *older)
+
+
+def _text(spark: SparkSession, path: str) -> str | None:
     if classic.is_classic(spark):
         return text_of(posixpath.basename(path), classic.read_texts(spark, path))
     try:

@@ -12,6 +12,13 @@ from __future__ import annotations
 
 import json
 
+HIDDEN = ("_", ".")  # what names Spark's reads skip start with (``_SUCCESS``, checksum files)
+
+
+def visible(name: str) -> bool:
+    """Whether a file named ``name`` is one Spark's reads see (a part file, not a marker)."""
+    return not name.startswith(HIDDEN)
+
 
 def text_of(name: str, found: dict[str, str] | None) -> str | None:
     """The text of small file ``name`` from what is at its path, by file name: the file itself
