@@ -51,7 +51,7 @@ test: install lint unit
 	$(PY) -m pytest --ignore=tests/unit $(PYTEST_ARGS)
 
 demo: install
-	$(PY) scripts/demo.py
+	$(PY) scripts/demo.py $(if $(CONNECT),--connect)
 
 # Framework vs Structured Streaming vs a plain aggregate; results in bench/results/ (see bench/README.md).
 bench: install

@@ -3,7 +3,9 @@
 Paths come from the environment, with defaults under the repository's ``var/`` folder:
 FINALRESULTS_WAREHOUSE (pipeline tables), FINALRESULTS_LANDING (input tables), FINALRESULTS_JOBS
 (job modules), FINALRESULTS_START (first data interval, ISO, UTC if naive) and, optionally,
-FINALRESULTS_END (the start of the last interval to run).
+FINALRESULTS_END (the start of the last interval to run) and FINALRESULTS_SPARK_CONNECT (a Spark
+Connect connection's id: the jobs then run on the workers as thin clients of that server, not
+through spark-submit).
 """
 
 import os
@@ -20,7 +22,9 @@ START = datetime.fromisoformat(os.environ.get("FINALRESULTS_START", "2026-01-01T
 START = START if START.tzinfo else START.replace(tzinfo=timezone.utc)
 END = datetime.fromisoformat(os.environ["FINALRESULTS_END"]) if os.environ.get("FINALRESULTS_END") else None
 END = END.replace(tzinfo=timezone.utc) if END and not END.tzinfo else END
-PATHS = {"warehouse": WAREHOUSE, "landing": LANDING, "end_date": END}
+CONNECT = os.environ.get("FINALRESULTS_SPARK_CONNECT") or None
+SPARK = {"warehouse": WAREHOUSE, "landing": LANDING, "connect_conn_id": CONNECT}
+PATHS = {**SPARK, "end_date": END}
 
 # Cron schedules (the jobs' SCHEDULEs, on the clock), so the UI shows each the same way.
 user_alerts = pipeline_dag(str(JOBS / "user_alerts.py"), "0 * * * *", START, **PATHS)
@@ -28,6 +32,6 @@ page_sessions = pipeline_dag(str(JOBS / "page_sessions.py"), "*/30 * * * *", STA
 sliding_metric = pipeline_dag(str(JOBS / "sliding_metric.py"), "*/15 * * * *", START, **PATHS)
 
 # Manually triggered replays of a committed range (params: start, optional end).
-user_alerts_replay = replay_dag(str(JOBS / "user_alerts.py"), warehouse=WAREHOUSE, landing=LANDING)
-page_sessions_replay = replay_dag(str(JOBS / "page_sessions.py"), warehouse=WAREHOUSE, landing=LANDING)
-sliding_metric_replay = replay_dag(str(JOBS / "sliding_metric.py"), warehouse=WAREHOUSE, landing=LANDING)
+user_alerts_replay = replay_dag(str(JOBS / "user_alerts.py"), **SPARK)
+page_sessions_replay = replay_dag(str(JOBS / "page_sessions.py"), **SPARK)
+sliding_metric_replay = replay_dag(str(JOBS / "sliding_metric.py"), **SPARK)

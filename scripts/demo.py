@@ -13,9 +13,15 @@ On a fresh machine (SQLite metadata database, local Spark, nothing running) it:
 5. prints the final results, the last batch's metrics (with their units), where everything is,
    and how to open the pipeline in Airflow's UI (the finalresults plugin) and log in.
 
+With ``--connect`` (``make demo CONNECT=1``) it also starts a Spark Connect server on a free
+loopback port (``framework.orchestration.connectserver``, its log ``<root>/spark-connect.log``)
+and creates the ``spark_connect_default`` connection to it: the DAG's Spark task then runs the
+job in the task's own process as a thin client of that server, not through spark-submit, and
+the server is stopped when the demo ends.
+
 ``<root>`` (default ``var/demo``) is wiped first, so the demo always starts from nothing.
 
-    .venv/bin/python scripts/demo.py [--hours 3] [--root var/demo]
+    .venv/bin/python scripts/demo.py [--hours 3] [--root var/demo] [--connect]
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import sys
 import time
 import urllib.request
 import warnings
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,9 +80,10 @@ def _configure(root: Path) -> dict[str, str]:
         {
             **shared,
             # The console shows Airflow's warnings only (not its run loop's INFO lines); the
-            # tasks' loggers log INFO, so each task log holds what spark-submit printed
+            # tasks' loggers log INFO, so each task log holds what spark-submit printed, or what
+            # the job printed as a thin client of Spark Connect (logger task.stdout)
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
-            "AIRFLOW__LOGGING__NAMESPACE_LEVELS": "airflow.task=INFO",
+            "AIRFLOW__LOGGING__NAMESPACE_LEVELS": "airflow.task=INFO task=INFO framework=INFO",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(port),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
@@ -167,14 +174,33 @@ def _console_to(log: Path):
             console.close()
 
 
-def _run_intervals(dag, rt, pipeline, root: Path, hours: int):
-    """One Airflow run per hourly interval, in order; the last batch's metrics row, or None on failure.
-    Airflow's own output goes to ``<root>/airflow/runs.log``; each task's log is where the UI reads it."""
+def _thin_clients(root: Path, stack: ExitStack) -> str:
+    """A Spark Connect server for the runs (stopped as ``stack`` closes), the connection
+    ``spark_connect_default`` to it, and the DAG file told to use it; the task's description."""
+    from framework.orchestration.connectserver import connect_server
+
+    server = stack.enter_context(connect_server(root / "spark-connect.log", master="local[*]"))
+    _airflow(
+        "connections", "add", "spark_connect_default", "--conn-type", "spark_connect",
+        "--conn-host", "127.0.0.1", "--conn-port", str(server.port),
+    )  # fmt: skip
+    os.environ["FINALRESULTS_SPARK_CONNECT"] = "spark_connect_default"
+    return f"a thin client of Spark Connect at {server.url}"
+
+
+def _run_intervals(dag, pipeline, root: Path, hours: int, spark_task: str) -> bool:
+    """One Airflow run per hourly interval, in order; whether all succeeded. Airflow's own output
+    goes to ``<root>/airflow/runs.log``; each task's log is where the UI reads it. Each run's line
+    comes from the outcome its job left for the quality gate: the demo holds no Spark session
+    meanwhile, as no process that starts Airflow tasks should (a task forked from a process with a
+    classic session could not start a Connect one, and gRPC does not survive a fork)."""
+    from framework.operations import outcome
+
     with _console_to(root / "airflow" / "runs.log") as console:
         for hour in range(hours):
             begin, end = (START + dt.timedelta(hours=h) for h in (hour, hour + 1))
             print(
-                f"[4/5] Airflow runs {dag.dag_id} for [{begin}, {end}): spark_batch (spark-submit), then quality_gate",
+                f"[4/5] Airflow runs {dag.dag_id} for [{begin}, {end}): spark_batch ({spark_task}), then quality_gate",
                 file=console,
             )
             # dag.test() infers the data interval that ends at the logical date, as a manual run does;
@@ -183,10 +209,10 @@ def _run_intervals(dag, rt, pipeline, root: Path, hours: int):
             _started_when_its_tasks_did(run)
             if run.state != "success":
                 break
-            m = rt.read_metrics(pipeline).orderBy("seq", ascending=False).first()
+            done = outcome.read(os.environ["FINALRESULTS_WAREHOUSE"], pipeline.name, "batch")
             print(
-                f"      run {run.state}: batch {m.batch_id} (seq {m.seq}), records in {m.records_in}, "
-                f"late {m.late_records}, windows closed {m.windows_closed}, stream time {m.stream_time}",
+                f"      run {run.state}: batch {done.batch_id} (seq {done.seq}), rows published "
+                f"{done.rows_published}, stream time {done.stream_time}, quality gate passed",
                 file=console,
             )
     if run.state != "success":
@@ -195,8 +221,8 @@ def _run_intervals(dag, rt, pipeline, root: Path, hours: int):
             f"task logs under {root / 'airflow' / 'logs'}",
             file=sys.stderr,
         )
-        return None
-    return m
+        return False
+    return True
 
 
 def _started_when_its_tasks_did(run) -> None:
@@ -255,17 +281,27 @@ def _next_steps(root: Path, airflow: dict[str, str]) -> None:
     )
 
 
-def run(root: Path, hours: int) -> int:
-    """The whole demo; returns the exit status."""
+def run(root: Path, hours: int, connect: bool = False) -> int:
+    """The whole demo (with ``connect``, its batches over Spark Connect); returns the exit status."""
     for part in ("airflow", "warehouse", "landing"):
         shutil.rmtree(root / part, ignore_errors=True)
     root.mkdir(parents=True, exist_ok=True)
     airflow = _configure(root)
     print(f"[1/5] airflow db migrate (AIRFLOW_HOME={root / 'airflow'})", flush=True)
     _airflow("db", "migrate")
-    print("[2/5] connection spark_default -> local[*]", flush=True)
-    _airflow("connections", "add", "spark_default", "--conn-type", "spark", "--conn-host", "local[*]")
+    with ExitStack() as stack:
+        if connect:
+            print("[2/5] a Spark Connect server; connection spark_connect_default -> it", flush=True)
+            spark_task = _thin_clients(root, stack)
+        else:
+            print("[2/5] connection spark_default -> local[*]", flush=True)
+            _airflow("connections", "add", "spark_default", "--conn-type", "spark", "--conn-host", "local[*]")
+            spark_task = "spark-submit"
+        return _demo(root, hours, airflow, spark_task)
 
+
+def _demo(root: Path, hours: int, airflow: dict[str, str], spark_task: str) -> int:
+    """Steps 3 to 5 of the demo, its Airflow configured and its Spark connection made."""
     sys.path.insert(0, str(REPO))
     from framework import Runtime
     from jobs import sample_data
@@ -277,11 +313,12 @@ def run(root: Path, hours: int) -> int:
     counts = sample_data.generate(spark, str(root / "landing"), START, end, tables=("user_events",))
     print(f"      {counts['user_events']} records in {root / 'landing' / 'user_events'}", flush=True)
 
-    rt = Runtime(spark, str(root / "warehouse"))
+    spark.stop()  # see _run_intervals
     with _api_server(root / "airflow" / "api-server.log"):
-        last = _run_intervals(_load_dags().user_alerts, rt, PIPELINE, root, hours)
-    if last is None:
-        return 1
+        if not _run_intervals(_load_dags().user_alerts, PIPELINE, root, hours, spark_task):
+            return 1
+    rt = Runtime(_spark(root / "spark-demo.log"), str(root / "warehouse"))
+    last = rt.read_metrics(PIPELINE).orderBy("seq", ascending=False).first()
     _report(rt, PIPELINE, last, root)
     _next_steps(root, airflow)
     return 0
@@ -294,10 +331,11 @@ def main(argv: list[str] | None = None) -> int:
         "--root", type=Path, default=REPO / "var" / "demo", help="scratch folder, wiped first (default: var/demo)"
     )
     parser.add_argument("--hours", type=int, default=3, help="hourly intervals to run (default: 3)")
+    parser.add_argument("--connect", action="store_true", help="run the batches over a Spark Connect server it starts")
     args = parser.parse_args(argv)
     if args.hours < 1:
         parser.error("--hours must be at least 1")
-    return run(args.root.resolve(), args.hours)
+    return run(args.root.resolve(), args.hours, args.connect)
 
 
 if __name__ == "__main__":

@@ -15,11 +15,11 @@ import subprocess
 import sys
 
 import pytest
-from connectserver import connect_server
 from harness import frame, results, run_stream, unsunk
 
 from framework import Runtime
 from framework.operations import outcome
+from framework.orchestration.connectserver import connect_server
 from framework.storage import classic, commitlog, files, tables
 
 pytestmark = pytest.mark.timeout(900)

@@ -22,6 +22,9 @@
 
 The Spark task runs ``spark-submit jobs/<name>.py`` through the ``spark_default`` connection
 (its host is the master: ``local[*]`` for one machine, ``spark://...`` or ``yarn`` for a cluster).
+Given a Spark Connect connection (``connect_conn_id``, the Spark provider's ``spark_connect``
+type), it runs the job in the worker's own task process instead, as a thin client of that server:
+no spark-submit, no JVM and no Java on the worker (docs/operations.md#spark-connect).
 The job validates the whole committed results table with the pipeline's Great Expectations suite
 (``framework.operations.validation``) in its own Spark session after the batch; the quality gate
 reports that outcome, so a run starts Spark once. Each batch has already audited its own rows
@@ -202,6 +205,40 @@ def _submit(
     )
 
 
+def spark_connect_job(job: str, arguments: list[str], conn_id: str) -> None:
+    """Task callable: run ``job`` with ``arguments`` (the command line spark-submit would give it)
+    in this task's process, as a Spark Connect client of the server that Airflow connection
+    ``conn_id`` names (type ``spark_connect``: host, port, user id, token, SSL). What the job
+    prints is the task's log; it fails as the job's exit status says."""
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    from .cli import job_main
+
+    module = load_job(job)
+    url = SparkConnectHook(conn_id).get_connection_url()
+    log.info("pipeline %r: a thin client of Spark Connect connection %r", module.PIPELINE.name, conn_id)
+    if job_main(module.PIPELINE, module.LANDING, arguments, remote=url, job=job) != 0:
+        raise FrameworkError(
+            f"pipeline {module.PIPELINE.name!r}: the job failed over Spark Connect connection {conn_id!r}; "
+            "its error is the 'finalresults: error:' line above"
+        )
+
+
+def _spark_task(
+    task_id: str, job, application: str, arguments: list[str], *, connect_conn_id: str | None, **submit: Any
+) -> SparkSubmitOperator | PythonOperator:
+    """The task running the job: ``spark-submit`` through ``submit['conn_id']`` (``_submit``),
+    or with ``connect_conn_id`` the job in the task's own process over Spark Connect
+    (``spark_connect_job``)."""
+    if connect_conn_id is None:
+        return _submit(task_id, job, application, arguments, **submit)
+    return PythonOperator(
+        task_id=task_id,
+        python_callable=spark_connect_job,
+        op_kwargs={"job": application, "arguments": arguments, "conn_id": connect_conn_id},
+    )
+
+
 def _gate(application: str, warehouse: str, *, replay: bool, outlet: Asset | None = None) -> PythonOperator:
     """The ``quality_gate`` task: it checks the outcome of a replay (``replay``), else of the
     batch of the run's interval, and announces ``outlet``, if any."""
@@ -246,6 +283,7 @@ def pipeline_dag(
     catchup: bool = True,
     timezone: str = "UTC",
     conn_id: str = "spark_default",
+    connect_conn_id: str | None = None,
     retries: int = 2,
     retry_delay: timedelta = timedelta(minutes=1),
     spark_conf: dict[str, str] | None = None,
@@ -276,6 +314,10 @@ def pipeline_dag(
     :param timezone: the time zone of a cron ``schedule``.
     :param conn_id: the Airflow connection spark-submit runs through; its host is the master
         (``local[*]``, ``spark://...``, ``yarn``).
+    :param connect_conn_id: a Spark Connect connection (type ``spark_connect``); given, the job
+        runs in the worker's task process as a thin client of that server, and ``conn_id``,
+        ``spark_conf``, ``spark_env``, ``spark_binary`` and ``packages`` are not used (the
+        server's own settings size it and give it Delta). Default: none, spark-submit.
     :param retries: the retries of each task (safe: a batch re-run with the same input reports
         "already committed").
     :param retry_delay: the delay between a task's retries.
@@ -327,7 +369,7 @@ def pipeline_dag(
         # later interval triggered first): its batch skips the records of the interval between
         params={"allow_gap": False},
     ) as dag:
-        batch = _submit(
+        batch = _spark_task(
             "spark_batch",
             job,
             application,
@@ -341,6 +383,7 @@ def pipeline_dag(
                 allow_gap="{{ params.allow_gap }}",
                 run_id=RUN_ID,
             ),
+            connect_conn_id=connect_conn_id,
             conn_id=conn_id,
             spark_conf=spark_conf,
             spark_env=spark_env,
@@ -359,6 +402,7 @@ def replay_dag(
     landing: str,
     dag_id: str | None = None,
     conn_id: str = "spark_default",
+    connect_conn_id: str | None = None,
     spark_conf: dict[str, str] | None = None,
     spark_env: dict[str, str] | None = None,
     spark_binary: str | None = None,
@@ -396,7 +440,7 @@ def replay_dag(
         description=f"Replay a committed range of {pipeline.name}",
         doc_md=replay_dag.__doc__,
     ) as dag:
-        replay = _submit(
+        replay = _spark_task(
             "spark_replay",
             job,
             application,
@@ -409,6 +453,7 @@ def replay_dag(
                 landing=landing,
                 run_id=RUN_ID,
             ),
+            connect_conn_id=connect_conn_id,
             conn_id=conn_id,
             spark_conf=spark_conf,
             spark_env=spark_env,

@@ -1,9 +1,11 @@
-"""A Spark Connect server on 127.0.0.1 for the tests, started from the pyspark install (its
+"""A Spark Connect server on 127.0.0.1 for one machine: what ``make demo CONNECT=1``, the
+tests and ``bench/connect.py`` run thin clients against. It starts from the pyspark install (its
 ``spark-submit`` and the ``spark-connect`` jar it ships) with Delta's jars, extensions and
-catalog, and stopped by them (its process group, whatever happens).
+catalog, and is stopped with its process group on leaving, whatever happens.
 
 A client of it (``spark_session(remote=server.url)``) starts no JVM of its own: what it runs,
-the server's JVM runs, on the same files as the tests' classic sessions.
+the server's JVM runs, on the same files as classic sessions on this machine. A production
+server is the platform's (docs/operations.md#spark-connect lists the settings it needs).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from framework.storage import jars
+from ..storage import jars
 
 SPARK_SUBMIT = Path(sys.executable).with_name("spark-submit")
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -48,21 +50,21 @@ def _listening(port: int) -> bool:
 
 
 @contextmanager
-def connect_server(log: Path) -> Iterator[ConnectServer]:
-    """A Connect server with Delta, one task thread, two shuffle partitions (as the tests' own
-    sessions), its output in ``log``."""
+def connect_server(log: Path, master: str = "local[1]", shuffle_partitions: int = 2) -> Iterator[ConnectServer]:
+    """A Connect server with Delta on a free loopback port, its output in ``log``; by default one
+    task thread and two shuffle partitions, as the tests' own sessions."""
     port = _free_port()
     packages, files = jars.for_submit(jars.DELTA_PACKAGE)
     settings = {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
-        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(port),
         "spark.ui.enabled": "false",
     }
-    command = [str(SPARK_SUBMIT), "--class", SERVER_CLASS, "--master", "local[1]", "--name", "connect-tests"]
+    command = [str(SPARK_SUBMIT), "--class", SERVER_CLASS, "--master", master, "--name", "finalresults-connect"]
     command += ["--jars", files] if files else ["--packages", str(packages)]
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
