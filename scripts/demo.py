@@ -83,7 +83,7 @@ def _configure(root: Path) -> dict[str, str]:
             # tasks' loggers log INFO, so each task log holds what spark-submit printed, or what
             # the job printed as a thin client of Spark Connect (logger task.stdout)
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
-            "AIRFLOW__LOGGING__NAMESPACE_LEVELS": "airflow.task=INFO task=INFO framework=INFO",
+            "AIRFLOW__LOGGING__NAMESPACE_LEVELS": "airflow.task=INFO task=INFO",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(port),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",

@@ -46,12 +46,16 @@ def _ran_hours_like_one_batch(spark, root, hours):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # spark-submits under Airflow: minutes on a busy 2-core machine
-def test_airflow_runs_of_the_demo_give_the_one_batch_final_rows(spark, tmp_path):
+@pytest.mark.parametrize("connect", [False, True], ids=["spark-submit", "spark-connect"])
+def test_airflow_runs_of_the_demo_give_the_one_batch_final_rows(spark, tmp_path, connect):
     """The demo drives Airflow (db migrate, connection, an api-server, dag.test per hour with the
-    executor) on its own home; each task's log is a file where Airflow's UI reads it."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "FINALRESULTS"))}
+    executor) on its own home; each task's log is a file where Airflow's UI reads it. With
+    ``--connect`` (``make demo CONNECT=1``) the Spark task runs the job in its own process as a
+    thin client of a Spark Connect server, the batch's audit and the gate's validation included."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "FINALRESULTS", "SPARK_REMOTE"))}
+    demo = [sys.executable, str(ROOT / "scripts" / "demo.py"), "--root", str(tmp_path), "--hours", str(DEMO_HOURS)]
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "demo.py"), "--root", str(tmp_path), "--hours", str(DEMO_HOURS)],
+        demo + ["--connect"] * connect,
         capture_output=True,
         text=True,
         env=env,
@@ -64,7 +68,7 @@ def test_airflow_runs_of_the_demo_give_the_one_batch_final_rows(spark, tmp_path)
     runs_log = (tmp_path / "airflow" / "runs.log").read_text()
     for chatter in ("DagRun Finished", "Workload finished", "[DAG TEST]", "No tasks to run", "Spark-Submit cmd"):
         assert chatter not in done.stdout, chatter
-    assert "Spark-Submit cmd" in runs_log, runs_log[-3000:]
+    assert ("Spark-Submit cmd" in runs_log) != connect, runs_log[-3000:]
     assert len(done.stdout.splitlines()) < 80, done.stdout
     _ran_hours_like_one_batch(spark, tmp_path, DEMO_HOURS)
     logs = tmp_path / "airflow" / "logs" / "dag_id=user_alerts"
@@ -79,6 +83,10 @@ def test_airflow_runs_of_the_demo_give_the_one_batch_final_rows(spark, tmp_path)
         assert any(f"batch 2026-01-01T0{hour}:00:00: {status} (seq" in said for status in STATUSES), (
             f"{last.relative_to(logs)}:\n{said[-2000:]}\nall task logs:\n{listing}\nruns.log:\n{runs_log[-3000:]}"
         )
+        thin = "user_alerts: a thin client of Spark Connect connection 'spark_connect_default'"
+        assert (thin in said) == connect, said[-2000:]
+        validation = said.split("committed (seq")[-1]  # what the job left for the quality gate
+        assert "results: valid" in validation or "results: not validated again" in validation, said[-2000:]
         assert _last_attempt(run / "task_id=quality_gate").stat().st_size > 0, listing
 
 

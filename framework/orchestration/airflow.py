@@ -209,14 +209,15 @@ def spark_connect_job(job: str, arguments: list[str], conn_id: str) -> None:
     """Task callable: run ``job`` with ``arguments`` (the command line spark-submit would give it)
     in this task's process, as a Spark Connect client of the server that Airflow connection
     ``conn_id`` names (type ``spark_connect``: host, port, user id, token, SSL). What the job
-    prints is the task's log; it fails as the job's exit status says."""
+    prints, as under spark-submit, is the task's log (Airflow's ``task.stdout``); it fails as the
+    job's exit status says."""
     from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
     from .cli import job_main
 
     module = load_job(job)
     url = SparkConnectHook(conn_id).get_connection_url()
-    log.info("pipeline %r: a thin client of Spark Connect connection %r", module.PIPELINE.name, conn_id)
+    print(f"{module.PIPELINE.name}: a thin client of Spark Connect connection {conn_id!r}", flush=True)
     if job_main(module.PIPELINE, module.LANDING, arguments, remote=url, job=job) != 0:
         raise FrameworkError(
             f"pipeline {module.PIPELINE.name!r}: the job failed over Spark Connect connection {conn_id!r}; "

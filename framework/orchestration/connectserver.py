@@ -60,6 +60,7 @@ def connect_server(log: Path, master: str = "local[1]", shuffle_partitions: int 
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.sql.codegen.cache.maxEntries": "2000",  # static: what a classic session of ours has
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(port),
         "spark.ui.enabled": "false",

@@ -37,6 +37,16 @@ DEFAULT_CONF = {
     # so each batch recompiled ~140 of them (~1.5 s of CPU); with room for them, ~25.
     "spark.sql.codegen.cache.maxEntries": "2000",
 }
+# What of DEFAULT_CONF a Spark Connect session sends: the settings a session may change, except
+# the shuffle partitions, which the server's cores size. Left at the server's defaults, a tiny
+# batch took 20 s on a one-thread server (50 tasks per Delta snapshot, adaptive stage jobs).
+SESSION_CONF = (
+    "spark.sql.session.timeZone",
+    "spark.databricks.delta.snapshotPartitions",
+    "spark.sql.adaptive.enabled",
+    "spark.databricks.delta.optimizeMetadataQuery.enabled",
+    "spark.databricks.delta.writeChecksumFile.enabled",
+)
 
 
 def spark_session(
@@ -53,8 +63,8 @@ def spark_session(
     ``remote`` (default: ``$SPARK_REMOTE``, as PySpark reads it), a Spark Connect URL
     (``sc://host:port``), gives a Connect session of that server instead: the server has Delta's
     extensions and catalog (docs/operations.md#spark-connect), this process starts no JVM, and
-    of the settings only the session's time zone and ``conf`` are sent (the server's own
-    settings size it).
+    of the settings only the session settings of ``SESSION_CONF`` and ``conf`` are sent (the
+    server's own settings size it).
 
     The master is ``master``, else ``$SPARK_MASTER``, else spark-submit's ``--master`` when run
     under spark-submit, else ``local[*]``; ``conf`` overrides any setting. The Spark UI is off
@@ -119,13 +129,14 @@ def spark_session(
 
 
 def _connect(app_name: str, url: str, conf: dict[str, str]) -> SparkSession:
-    """A Spark Connect session of the server at ``url``: windows are bounded in UTC, as in a
-    classic session; Delta's conflicts arrive as delta-spark's classes (``delta.connect.exceptions``
-    registers them with PySpark's conversion of the server's errors)."""
+    """A Spark Connect session of the server at ``url``, with the session settings of a classic
+    one (``SESSION_CONF``: windows are bounded in UTC, Delta's snapshots are small jobs).
+    Delta's conflicts arrive as delta-spark's classes (``delta.connect.exceptions`` registers
+    them with PySpark's conversion of the server's errors)."""
     import delta.connect.exceptions  # noqa: F401  (registers Delta's exception classes)
 
     builder = SparkSession.builder.remote(url).appName(app_name)
-    for key, value in {"spark.sql.session.timeZone": DEFAULT_CONF["spark.sql.session.timeZone"], **conf}.items():
+    for key, value in {**{k: DEFAULT_CONF[k] for k in SESSION_CONF}, **conf}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 
