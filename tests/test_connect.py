@@ -1,16 +1,20 @@
-"""Spark Connect (#40), as far as it goes today: a thin client of a Connect server (a process of
-its own, ``SPARK_REMOTE`` set, no JVM) reads what classic batches wrote: whether each table
-exists, its id and version, the final results and the ledger, equal to the classic session's
-answers; and it writes, reads, lists and removes the small files beside the tables in a form
-that a classic session and the quality-gate task (no Spark) read too.
+"""Spark Connect (#40): thin clients of a Connect server (processes of their own, ``SPARK_REMOTE``
+set, no JVM) read what classic batches wrote (whether each table exists, its id and version, the
+results, the ledger, the commit files); write, read, list and remove the small files beside the
+tables in a form that a classic session and the quality-gate task (no Spark) read too; and run
+batches with the guarantees of classic ones: equal rows and ledger, a crash before each write
+point then a re-run, a client killed with a write in flight then a re-run beside it, two clients
+racing one batch. The Airflow run of the demo over Connect is in ``test_airflow.py``.
 
-The client runs in a subprocess: PySpark marks its whole process as a Connect client once a
+Each client runs in a subprocess: PySpark marks its whole process as a Connect client once a
 Connect session starts (``SPARK_CONNECT_MODE_ENABLED``), which would turn this worker's classic
 session's ``DeltaTable`` calls into Connect ones.
 """
 
 import json
 import os
+import random
+import signal
 import subprocess
 import sys
 
@@ -166,11 +170,64 @@ except ConcurrentBatchError:
 """
 
 
+KILLED = """
+import json, os, signal, sys, threading, time
+from framework import Runtime, spark_session
+from harness import frame, unsunk
+
+warehouse, point, delay, batches = sys.argv[1], sys.argv[2], float(sys.argv[3]), json.loads(sys.argv[4])
+spark = spark_session("connect-killed")
+p = unsunk("killed").to("out")
+
+
+def kill_soon(at="b1"):  # SIGKILL ``delay`` s after ``point`` of b1: the write just sent is in flight
+    if at == point:
+        print("KILL", at, flush=True)
+        threading.Timer(delay, os.kill, (os.getpid(), signal.SIGKILL)).start()
+
+
+Runtime(spark, warehouse, quality=False).run_batch(p, "b0", frame(spark, batches[0], 0))
+kill_soon()
+rt = Runtime(spark, warehouse, quality=False, before_write=kill_soon)
+rt.run_batch(p, "b1", frame(spark, batches[1], len(batches[0])))
+time.sleep(60)  # a batch that finished before the kill is killed all the same
+"""
+
+RERUNS = """
+import json, sys
+from framework import Runtime, spark_session
+from framework.errors import ConcurrentBatchError
+from harness import frame, results, unsunk
+
+warehouses, batches = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+spark = spark_session("connect-reruns")
+p = unsunk("killed").to("out")
+got = {}
+for warehouse in warehouses:
+    rt, statuses = Runtime(spark, warehouse, quality=False), []
+    for i in (1, 2):
+        offset = sum(len(b) for b in batches[:i])
+        try:
+            statuses.append(rt.run_batch(p, f"b{i}", frame(spark, batches[i], offset)).status)
+        except ConcurrentBatchError:  # the killed client's commit landed meanwhile: Airflow retries
+            statuses.append("fenced out, retried: " + rt.run_batch(p, f"b{i}", frame(spark, batches[i], offset)).status)
+    ledger = sorted((r["seq"], r["batch_id"], r["status"]) for r in rt.read_ledger(p).collect())
+    got[warehouse] = {"statuses": statuses, "rows": results(rt, p), "ledger": ledger}
+print(json.dumps(got))
+"""
+
+
+def _client_env(server):
+    """The environment of a Connect client process of ``server`` that imports the tests' harness."""
+    tests = os.path.dirname(__file__)
+    return dict(os.environ, SPARK_REMOTE=server.url, PYTHONPATH=os.pathsep.join([tests, os.path.dirname(tests)]))
+
+
 def _client(server, script, *args):
     """Run ``script`` in a Connect client process of ``server``; what it printed last, as JSON."""
-    tests = os.path.dirname(__file__)
-    env = dict(os.environ, SPARK_REMOTE=server.url, PYTHONPATH=os.pathsep.join([tests, os.path.dirname(tests)]))
-    done = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args], env=_client_env(server), capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -265,3 +322,31 @@ def test_two_thin_clients_racing_one_batch_commit_it_once(spark, server, tmp_pat
     assert rt.run_batch(p, "b0001", frame(spark, batches[1], 2)).status == "already committed"
     rt.run_batch(p, "b0002", frame(spark, batches[2], 3))
     assert results(rt, p) == results(clean, p)
+
+
+def test_a_thin_client_killed_with_a_write_in_flight_then_rerun_ends_as_a_clean_run(spark, server, tmp_path):
+    """SIGKILL of a client 0.2 s after it sent b1's staged rows, its commit point or its
+    publication to the server, and at a random moment of b1: the server may still finish what the
+    client sent. A new client runs b1 and b2 again at once, beside whatever the server still runs
+    (a commit point that lands meanwhile fences it out, and it runs again, as Airflow's retry
+    would): every warehouse ends with the rows and ledger of a clean run."""
+    batches = [[("A", 1, 1), ("B", 4, 2)], [("A", 12, 3), ("C", 3, 4)], [("B", 30, 5)]]
+    clean = Runtime(spark, str(tmp_path / "clean"), quality=False)
+    p = unsunk("killed").to("out")
+    run_stream(clean, p, batches, ids=["b0", "b1", "b2"])
+    expected = {
+        "rows": json.loads(json.dumps(results(clean, p))),
+        "ledger": [list(r) for r in sorted((r.seq, r.batch_id, r.status) for r in clean.read_ledger(p).collect())],
+    }
+    assert len(expected["rows"]) == 3
+    kills = {"output": 0.2, "commit_point": 0.2, "publish": 0.2, "b1": random.Random(20261128).uniform(0.5, 4.0)}
+    env = _client_env(server)
+    for point, delay in kills.items():
+        args = [str(tmp_path / point), point, str(delay), json.dumps(batches)]
+        done = subprocess.run([sys.executable, "-c", KILLED, *args], env=env, capture_output=True, text=True)
+        assert done.returncode == -signal.SIGKILL and f"KILL {point}" in done.stdout, done.stderr[-3000:]
+    got = _client(server, RERUNS, json.dumps([str(tmp_path / point) for point in kills]), json.dumps(batches))
+    for point in kills:
+        reran = got[str(tmp_path / point)]
+        assert {k: reran[k] for k in expected} == expected, (point, reran)
+        assert reran["statuses"][-1] in ("committed", "fenced out, retried: committed"), (point, reran)
