@@ -350,3 +350,43 @@ def test_a_thin_client_killed_with_a_write_in_flight_then_rerun_ends_as_a_clean_
         reran = got[str(tmp_path / point)]
         assert {k: reran[k] for k in expected} == expected, (point, reran)
         assert reran["statuses"][-1] in ("committed", "fenced out, retried: committed"), (point, reran)
+
+
+REPLAY = """
+import json, sys
+from framework import Runtime, spark_session
+from framework.operations.replay import ReplayBatch
+from harness import frame
+from test_exactly_once import BATCHES, pipeline
+
+warehouse, fixed = sys.argv[1], json.loads(sys.argv[2])
+spark = spark_session("connect-replay")
+rt = Runtime(spark, warehouse, quality=False)
+inputs = [fixed, BATCHES[2]]
+offsets = [len(BATCHES[0]), len(BATCHES[0]) + len(BATCHES[1])]
+batches = [ReplayBatch(f"b000{i + 1}", frame(spark, rows, offsets[i])) for i, rows in enumerate(inputs)]
+done = rt.replay(pipeline("replay"), batches)
+print(json.dumps({"range": [done.first, done.last], "ran": len(done.batches)}))
+"""
+
+
+def test_a_replay_from_a_thin_client_equals_a_clean_run_of_the_fixed_input(spark, server, tmp_path):
+    """A thin client replays b0001-b0002 of a classic warehouse with b0001's input fixed: every
+    table a reader sees (the ledger aside: the replay records itself there) equals a clean
+    classic run of the fixed input, and differs from what was there before."""
+    from test_exactly_once import BATCHES, pipeline, snapshot
+    from test_replay import FIXED
+
+    p = pipeline("replay")
+    replayed = Runtime(spark, str(tmp_path / "lake"), quality=False)
+    clean = Runtime(spark, str(tmp_path / "clean"), quality=False)
+    run_stream(replayed, p, BATCHES)
+    run_stream(clean, p, [BATCHES[0], FIXED, BATCHES[2]])
+
+    def readers_see(rt):
+        return {name: rows for name, rows in snapshot(rt, p).items() if name != "ledger"}
+
+    before = readers_see(replayed)
+    done = _client(server, REPLAY, str(tmp_path / "lake"), json.dumps(FIXED))
+    assert done == {"range": ["b0001", "b0002"], "ran": 2}
+    assert readers_see(replayed) == readers_see(clean) != before

@@ -260,13 +260,12 @@ def _check_available(spark: SparkSession, where: str, name: str, path: str, vers
             f"longer available: {first_line(e)}. Nothing was written. Replay a later range, or "
             "keep delta.logRetentionDuration longer than the oldest range to replay."
         ) from None
-    for f in inputs:
-        if not classic.file_exists(spark, f):
-            raise ReplayError(
-                f"{where}: table {name!r} version {version} ({path}), the state before the range, is no longer "
-                f"available: its file {f} was removed (VACUUM). Nothing was written. Replay a later range, or "
-                "keep delta.deletedFileRetentionDuration longer than the oldest range to replay."
-            )
+    for f in files.missing(spark, inputs)[:1]:
+        raise ReplayError(
+            f"{where}: table {name!r} version {version} ({path}), the state before the range, is no longer "
+            f"available: its file {f} was removed (VACUUM). Nothing was written. Replay a later range, or "
+            "keep delta.deletedFileRetentionDuration longer than the oldest range to replay."
+        )
 
 
 # ---- writing ---------------------------------------------------------------------------------

@@ -92,6 +92,23 @@ def read_staged(spark: SparkSession, path: str, schema: str | None = None) -> Da
     return reader.parquet(path)
 
 
+def missing(spark: SparkSession, paths: list[str]) -> list[str]:
+    """Those of the files ``paths`` that do not exist. Over Spark Connect, asked of the server in
+    one analysed read of them all (Spark checks that each exists and reads none), then in one
+    each only when some is missing."""
+    if classic.is_classic(spark):
+        return [path for path in paths if not classic.file_exists(spark, path)]
+
+    def absent(*some: str) -> bool:
+        try:
+            spark.read.format("binaryFile").load(list(some)).schema  # noqa: B018  (analysis checks the paths)
+        except AnalysisException:  # PATH_NOT_FOUND
+            return True
+        return False
+
+    return [path for path in paths if absent(path)] if paths and absent(*paths) else []
+
+
 def list_names(spark: SparkSession, path: str) -> list[str]:
     """Names of the entries of folder ``path`` (empty if it does not exist). Over Spark Connect:
     the entries holding a file Spark reads (not hidden, not empty), so a removed one is left out."""
