@@ -24,6 +24,7 @@ from harness import frame, results, run_stream, unsunk
 from framework import Runtime
 from framework.operations import outcome
 from framework.orchestration.connectserver import connect_server
+from framework.orchestration.jobs import load_job
 from framework.storage import classic, commitlog, files, tables
 
 pytestmark = pytest.mark.timeout(900)
@@ -390,3 +391,33 @@ def test_a_replay_from_a_thin_client_equals_a_clean_run_of_the_fixed_input(spark
     done = _client(server, REPLAY, str(tmp_path / "lake"), json.dumps(FIXED))
     assert done == {"range": ["b0001", "b0002"], "ran": 2}
     assert readers_see(replayed) == readers_see(clean) != before
+
+
+def test_the_command_line_runs_as_a_thin_client(spark, server, tmp_path):
+    """``finalresults backfill``, ``status --live``, ``validate`` and ``replay`` with ``--remote``:
+    each runs over the Connect server (the batches' audits and the validation included), and a
+    replay of unchanged input leaves the results as they were."""
+    from test_cli import ALERTS, END, ROOT, START
+
+    sys.path.insert(0, str(ROOT))
+    from jobs import sample_data
+
+    landing, warehouse = str(tmp_path / "landing"), str(tmp_path / "warehouse")
+    sample_data.generate(spark, landing, START, END, tables=("user_events",))
+    paths = ["--warehouse", warehouse, "--landing", landing, "--remote", server.url]
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"}
+
+    def cli(*args):
+        done = subprocess.run([sys.executable, "-m", "framework", *args], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        return done.stdout
+
+    hours = cli("backfill", ALERTS, "--from", START.isoformat(), "--to", END.isoformat(), *paths).splitlines()
+    assert [line.split(": ")[1].split(" (")[0] for line in hours[:-1]] == ["committed"] * 3, hours
+    status = cli("status", "--live", *paths[:2], *paths[-2:])
+    assert "last batch     2026-01-01T02:00:00 (seq 3)" in status, status
+    assert "valid" in cli("validate", ALERTS, *paths[:2], *paths[-2:])
+    pipeline = load_job(ALERTS).PIPELINE
+    before = sorted(map(str, Runtime(spark, warehouse).read_output(pipeline).collect()))
+    cli("replay", ALERTS, "--from", "2026-01-01T01:00", *paths)
+    assert sorted(map(str, Runtime(spark, warehouse).read_output(pipeline).collect())) == before and before

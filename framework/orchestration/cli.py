@@ -70,10 +70,16 @@ def _spark(args: argparse.Namespace, what: str):
 
     def start(conf: dict[str, str] | None = None):
         return spark_session(
-            f"finalresults-{what}", master=args.master, metastore=getattr(args, "metastore", None), conf=conf
+            f"finalresults-{what}",
+            master=args.master,
+            metastore=getattr(args, "metastore", None),
+            conf=conf,
+            remote=args.remote,
         )
 
-    return start() if args.verbose else quiet_session(lambda: start(JAVA_OPTIONS), default_log())
+    if args.verbose or args.remote or os.environ.get("SPARK_REMOTE"):  # a thin client starts no JVM to quiet
+        return start()
+    return quiet_session(lambda: start(JAVA_OPTIONS), default_log())
 
 
 def _local(path: str) -> Path | None:
@@ -432,6 +438,7 @@ def _command(commands, name: str, handler, text: str, job: bool = True, spark: b
     _paths(p, landing=data)
     if spark:
         p.add_argument("--master", help="Spark master (default: $SPARK_MASTER or local[*])")
+        p.add_argument("--remote", help="Spark Connect server to run on, sc://host:port (default: $SPARK_REMOTE)")
         p.add_argument(
             "--verbose", action="store_true", help="show Spark's own output (JVM, Ivy, log4j): hidden by default"
         )
