@@ -260,7 +260,7 @@ def _check_available(spark: SparkSession, where: str, name: str, path: str, vers
             f"longer available: {first_line(e)}. Nothing was written. Replay a later range, or "
             "keep delta.logRetentionDuration longer than the oldest range to replay."
         ) from None
-    for f in files.missing(spark, inputs)[:1]:
+    if (f := files.first_missing(spark, inputs)) is not None:
         raise ReplayError(
             f"{where}: table {name!r} version {version} ({path}), the state before the range, is no longer "
             f"available: its file {f} was removed (VACUUM). Nothing was written. Replay a later range, or "

@@ -212,11 +212,14 @@ def spark_connect_job(job: str, arguments: list[str], conn_id: str) -> None:
     prints, as under spark-submit, is the task's log (Airflow's ``task.stdout``); it fails as the
     job's exit status says."""
     from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+    from airflow.sdk.log import mask_secret
 
     from .cli import job_main
 
     module = load_job(job)
     url = SparkConnectHook(conn_id).get_connection_url()
+    for token in (p.removeprefix("token=") for p in urlparse(url).params.split(";") if p.startswith("token=")):
+        mask_secret(token)  # as the URL carries it (percent-encoded), in case an error quotes the URL
     print(f"{module.PIPELINE.name}: a thin client of Spark Connect connection {conn_id!r}", flush=True)
     if job_main(module.PIPELINE, module.LANDING, arguments, remote=url, job=job) != 0:
         raise FrameworkError(

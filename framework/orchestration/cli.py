@@ -65,8 +65,9 @@ def _schedule(job: ModuleType, every: str | None) -> dt.timedelta:
 
 
 def _spark(args: argparse.Namespace, what: str):
-    """A Spark session for the command, quiet unless ``--verbose``."""
-    from ..storage.session import spark_session
+    """A Spark session for the command: of the ``--remote`` Spark Connect server, else a classic
+    one, its JVM's output in a log file unless ``--verbose``."""
+    from ..storage.session import remote_url, spark_session
 
     def start(conf: dict[str, str] | None = None):
         return spark_session(
@@ -77,7 +78,7 @@ def _spark(args: argparse.Namespace, what: str):
             remote=args.remote,
         )
 
-    if args.verbose or args.remote or os.environ.get("SPARK_REMOTE"):  # a thin client starts no JVM to quiet
+    if args.verbose or remote_url(args.remote):  # a thin client starts no JVM to quiet
         return start()
     return quiet_session(lambda: start(JAVA_OPTIONS), default_log())
 

@@ -1,5 +1,5 @@
 """A Spark Connect server on 127.0.0.1 for one machine: what ``make demo CONNECT=1``, the
-tests and ``bench/connect.py`` run thin clients against. It starts from the pyspark install (its
+tests and ``bench/cold.py --connect`` run thin clients against. It starts from the pyspark install (its
 ``spark-submit`` and the ``spark-connect`` jar it ships) with Delta's jars, extensions and
 catalog, and is stopped with its process group on leaving, whatever happens.
 

@@ -92,21 +92,28 @@ def read_staged(spark: SparkSession, path: str, schema: str | None = None) -> Da
     return reader.parquet(path)
 
 
-def missing(spark: SparkSession, paths: list[str]) -> list[str]:
-    """Those of the files ``paths`` that do not exist. Over Spark Connect, asked of the server in
-    one analysed read of them all (Spark checks that each exists and reads none), then in one
-    each only when some is missing."""
+def first_missing(spark: SparkSession, paths: list[str]) -> str | None:
+    """The first of the files ``paths`` that does not exist, None if all do. Over Spark Connect,
+    asked of the server by analysed reads (Spark checks that each path exists and reads none):
+    one of them all, and when one is missing, one of each half in turn (log2 of them)."""
     if classic.is_classic(spark):
-        return [path for path in paths if not classic.file_exists(spark, path)]
+        return next((path for path in paths if not classic.file_exists(spark, path)), None)
 
-    def absent(*some: str) -> bool:
+    def absent(some: list[str]) -> bool:
         try:
-            spark.read.format("binaryFile").load(list(some)).schema  # noqa: B018  (analysis checks the paths)
-        except AnalysisException:  # PATH_NOT_FOUND
-            return True
+            spark.read.format("binaryFile").load(some).schema  # noqa: B018  (analysis checks the paths)
+        except AnalysisException as e:
+            if e.getCondition() == "PATH_NOT_FOUND":
+                return True
+            raise
         return False
 
-    return [path for path in paths if absent(path)] if paths and absent(*paths) else []
+    if not paths or not absent(paths):
+        return None
+    while len(paths) > 1:
+        half = len(paths) // 2
+        paths = paths[:half] if absent(paths[:half]) else paths[half:]
+    return paths[0]
 
 
 def list_names(spark: SparkSession, path: str) -> list[str]:

@@ -38,14 +38,15 @@ DEFAULT_CONF = {
     "spark.sql.codegen.cache.maxEntries": "2000",
 }
 # What of DEFAULT_CONF a Spark Connect session sends: the settings a session may change, except
-# the shuffle partitions, which the server's cores size. Left at the server's defaults, a tiny
-# batch took 20 s on a one-thread server (50 tasks per Delta snapshot, adaptive stage jobs).
+# the shuffle partitions, which the server's cores size (docs/operations.md#spark-connect), and
+# the checksum files, which over Connect are what answers a table's id without a job
+# (``tables.head``). Left at the server's defaults, a tiny batch took 20 s on a one-thread server
+# (50 tasks per Delta snapshot, adaptive stage jobs).
 SESSION_CONF = (
     "spark.sql.session.timeZone",
     "spark.databricks.delta.snapshotPartitions",
     "spark.sql.adaptive.enabled",
     "spark.databricks.delta.optimizeMetadataQuery.enabled",
-    "spark.databricks.delta.writeChecksumFile.enabled",
 )
 
 
@@ -83,7 +84,7 @@ def spark_session(
     """
     from delta import configure_spark_with_delta_pip
 
-    url = remote or os.environ.get("SPARK_REMOTE")
+    url = remote_url(remote)
     if url:
         return _connect(app_name, url, conf or {})
     # Python workers must run the interpreter that has pyarrow/pandas (this virtualenv).
@@ -126,6 +127,12 @@ def spark_session(
         derby_log = os.path.join(os.path.abspath(metastore), "derby.log")
         classic.set_system_property(spark, "derby.stream.error.file", derby_log)
     return spark
+
+
+def remote_url(remote: str | None = None) -> str | None:
+    """The Spark Connect server a session is of: ``remote``, else ``$SPARK_REMOTE``, as PySpark
+    reads it; None for a classic session."""
+    return remote or os.environ.get("SPARK_REMOTE") or None
 
 
 def _connect(app_name: str, url: str, conf: dict[str, str]) -> SparkSession:

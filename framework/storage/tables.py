@@ -30,7 +30,7 @@ from typing import TypeVar
 from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
-from pyspark.errors import AnalysisException, PySparkException
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import ArrayType, DataType, MapType, Row, StructType
 
@@ -91,18 +91,27 @@ def exists(spark: SparkSession, path: str) -> bool:
     return _unless_no_table(lambda: read(spark, path).schema) is not None
 
 
-# What Delta answers, over Spark Connect, for a path with no table (some arrive as a generic
-# error: PySpark maps a server exception it does not know, such as Delta's FileNotFoundException,
-# to UnknownException, with the condition kept).
-NO_TABLE = ("PATH_NOT_FOUND", "DELTA_FILE_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE", "DELTA_PATH_DOES_NOT_EXIST")
+# What Delta answers, over Spark Connect, for a path with no table: no such path, an empty folder,
+# a folder of Parquet files, asked by a read, DESCRIBE HISTORY or DESCRIBE DETAIL (some arrive
+# as a generic error: PySpark maps a server exception it does not know, such as Delta's
+# FileNotFoundException, to UnknownException, with the condition kept). Any other error is one.
+NO_TABLE = (
+    "PATH_NOT_FOUND",
+    "DELTA_FILE_NOT_FOUND",
+    "DELTA_MISSING_DELTA_TABLE",
+    "DELTA_PATH_DOES_NOT_EXIST",
+    "DELTA_TABLE_NOT_FOUND",
+    "DELTA_TABLE_ONLY_OPERATION",
+)
 
 
 def _unless_no_table(ask: Callable[[], T]) -> T | None:
-    """``ask()``, or None if it fails because there is no Delta table where it looked."""
+    """``ask()``, or None if it fails because there is no Delta table where it looked; any
+    other failure (a server without Delta's extensions, a file it cannot read) is raised."""
     try:
         return ask()
     except PySparkException as e:
-        if isinstance(e, AnalysisException) or (e.getCondition() or "").startswith(NO_TABLE):
+        if (e.getCondition() or "").startswith(NO_TABLE):
             return None
         raise
 
@@ -123,7 +132,7 @@ def _connect_head(spark: SparkSession, path: str) -> tuple[str, int] | None:
         table_id = None
     if not table_id:
         detail = _unless_no_table(lambda: spark.sql(f"DESCRIBE DETAIL {table}").first())
-        if detail is None:
+        if detail is None or detail["format"] != "delta" or not detail["id"]:  # gone since
             return None
         table_id = detail["id"]
     return table_id, version
@@ -198,8 +207,9 @@ def read(spark: SparkSession, path: str, version: int | None = None) -> DataFram
 
 def head(spark: SparkSession, path: str) -> tuple[str, int] | None:
     """The table's id (new when a table is created again at the same path) and current version,
-    or None if it does not exist yet (reads the log's listing, no Spark job: ``DeltaLog.update``
-    with its default arguments, called from Python)."""
+    or None if it does not exist yet. A classic session reads the log's listing, with no Spark job
+    (``DeltaLog.update`` with its default arguments, called from Python); over Spark Connect see
+    ``_connect_head``."""
     if not classic.is_classic(spark):
         return _connect_head(spark, path)
     with classic.delta_snapshot(spark, path) as current:
@@ -281,8 +291,9 @@ def create(spark: SparkSession, path: str, schema: StructType | str, partition_b
 
 
 def _loads(spark: SparkSession, path: str) -> bool:
-    """Whether ``path`` reads as a Delta table. Unlike ``exists``, a read refreshes Delta's cached
-    log, which after a lost race to create the table still says there is none."""
+    """Whether ``path`` reads as a Delta table, whatever the failure. Unlike a classic session's
+    ``exists``, a read refreshes Delta's cached log, which after a lost race to create the table
+    still says there is none."""
     try:
         read(spark, path).schema
         return True
