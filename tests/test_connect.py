@@ -95,6 +95,11 @@ got["after"] = {
     "missing": files.get_text(spark, f"{root}/missing.json"),
     "none": files.list_names(spark, f"{root}/none"),
 }
+parts = [f"{root}/parts/{i}.bin" for i in range(7)]
+got["first_missing"] = [  # one missing, first, fourth or last of seven
+    files.first_missing(spark, [*parts[:i], f"{root}/parts/x{i}", *parts[i + 1 :]]) for i in (0, 3, 6)
+]
+got["none_missing"] = files.first_missing(spark, parts)
 print(json.dumps(got))
 """
 
@@ -257,14 +262,19 @@ def test_a_thin_client_reads_what_classic_batches_wrote(spark, server, warehouse
 def test_small_files_written_over_connect_read_as_classic_ones_and_back(spark, server, tmp_path):
     """The staging markers, the gate's outcome and the status, written, read, listed and removed
     by a thin client, and read by a classic session and by the quality-gate task (no Spark); a
-    classic write over the client's form replaces it."""
+    classic write over the client's form replaces it. And the first of many files that is missing
+    (a replay's restore point after VACUUM), found by the server."""
     root = str(tmp_path)
     classic_text, connect_text = 'line one\nline "two"', '{"a": "x\\ny"}\n second line'
     files.put_text(spark, f"{root}/classic.txt", classic_text)
     for name in ("3-abc", "4-def"):
         files.stage(spark.range(3), f"{root}/staging/{name}/output")
         files.put_text(spark, f"{root}/staging/{name}/batch_id", f"b-{name}")
+    (tmp_path / "parts").mkdir()
+    for i in range(7):
+        (tmp_path / "parts" / f"{i}.bin").write_bytes(b"x")
     got = _client(server, SMALL_FILES, root, connect_text)
+    assert got["first_missing"] == [f"{root}/parts/x{i}" for i in (0, 3, 6)] and got["none_missing"] is None
     assert got["classic"] == classic_text and got["connect"] == connect_text
     assert got["names"] == ["3-abc", "4-def"] and got["marker"] == "b-3-abc" and got["staged"] == [True, True]
     assert got["after"] == {"names": ["3-abc"], "staged": False, "gone": None, "missing": None, "none": []}
