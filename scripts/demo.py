@@ -16,7 +16,7 @@ On a fresh machine (SQLite metadata database, local Spark, nothing running) it:
 With ``--connect`` (``make demo CONNECT=1``) it also starts a Spark Connect server on a free
 loopback port (``framework.orchestration.connectserver``, its log ``<root>/spark-connect.log``)
 and creates the ``spark_connect_default`` connection to it: the DAG's Spark task then runs the
-job in the task's own process as a thin client of that server, not through spark-submit, and
+job's file with this Python as a thin client of that server, not through spark-submit, and
 the server is stopped when the demo ends.
 
 ``<root>`` (default ``var/demo``) is wiped first, so the demo always starts from nothing.
@@ -191,9 +191,8 @@ def _thin_clients(root: Path, stack: ExitStack) -> str:
 def _run_intervals(dag, pipeline, root: Path, hours: int, spark_task: str) -> bool:
     """One Airflow run per hourly interval, in order; whether all succeeded. Airflow's own output
     goes to ``<root>/airflow/runs.log``; each task's log is where the UI reads it. Each run's line
-    comes from the outcome its job left for the quality gate: the demo holds no Spark session
-    meanwhile, as no process that starts Airflow tasks should (a task forked from a process with a
-    classic session could not start a Connect one, and gRPC does not survive a fork)."""
+    comes from the outcome its job left for the quality gate, read without Spark: the demo's own
+    session is stopped meanwhile, so Airflow's forked workers and tasks inherit no Spark state."""
     from framework.operations import outcome
 
     with _console_to(root / "airflow" / "runs.log") as console:

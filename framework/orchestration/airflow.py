@@ -23,7 +23,7 @@
 The Spark task runs ``spark-submit jobs/<name>.py`` through the ``spark_default`` connection
 (its host is the master: ``local[*]`` for one machine, ``spark://...`` or ``yarn`` for a cluster).
 Given a Spark Connect connection (``connect_conn_id``, the Spark provider's ``spark_connect``
-type), it runs the job in the worker's own task process instead, as a thin client of that server:
+type), it runs the job's file with the worker's Python instead, as a thin client of that server:
 no spark-submit, no JVM and no Java on the worker (docs/operations.md#spark-connect).
 The job validates the whole committed results table with the pipeline's Great Expectations suite
 (``framework.operations.validation``) in its own Spark session after the batch; the quality gate
@@ -37,6 +37,8 @@ Spark; the job module is read for its pipeline definition only.
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -206,25 +208,32 @@ def _submit(
 
 
 def spark_connect_job(job: str, arguments: list[str], conn_id: str) -> None:
-    """Task callable: run ``job`` with ``arguments`` (the command line spark-submit would give it)
-    in this task's process, as a Spark Connect client of the server that Airflow connection
-    ``conn_id`` names (type ``spark_connect``: host, port, user id, token, SSL). What the job
-    prints, as under spark-submit, is the task's log (Airflow's ``task.stdout``); it fails as the
-    job's exit status says."""
+    """Task callable: run the job file ``job`` with ``arguments`` (the command line spark-submit
+    would give it) in a Python process of its own, as a Spark Connect client of the server that
+    Airflow connection ``conn_id`` names (type ``spark_connect``: host, port, user id, token,
+    SSL), given to it as ``SPARK_REMOTE``. A process of its own, as spark-submit's: gRPC, which
+    the client speaks, does not survive a fork, and Airflow forks its task processes (a run of
+    the demo whose tasks were Connect clients in the task process once hung the LocalExecutor's
+    shutdown). What the job prints is the task's log, line by line; it fails as the job's exit
+    status says."""
     from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
     from airflow.sdk.log import mask_secret
 
-    from .cli import job_main
-
-    module = load_job(job)
+    pipeline = load_job(job).PIPELINE
     url = SparkConnectHook(conn_id).get_connection_url()
     for token in (p.removeprefix("token=") for p in urlparse(url).params.split(";") if p.startswith("token=")):
         mask_secret(token)  # as the URL carries it (percent-encoded), in case an error quotes the URL
-    print(f"{module.PIPELINE.name}: a thin client of Spark Connect connection {conn_id!r}", flush=True)
-    if job_main(module.PIPELINE, module.LANDING, arguments, remote=url, job=job) != 0:
+    print(f"{pipeline.name}: a thin client of Spark Connect connection {conn_id!r}", flush=True)
+    env = dict(os.environ, SPARK_REMOTE=url)
+    command = [sys.executable, job, *arguments]
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as child:
+        assert child.stdout is not None
+        for line in child.stdout:
+            print(line, end="", flush=True)
+    if child.returncode:
         raise FrameworkError(
-            f"pipeline {module.PIPELINE.name!r}: the job failed over Spark Connect connection {conn_id!r}; "
-            "its error is the 'finalresults: error:' line above"
+            f"pipeline {pipeline.name!r}: the job exited {child.returncode} over Spark Connect connection "
+            f"{conn_id!r}; its error is the 'finalresults: error:' line above"
         )
 
 
@@ -232,8 +241,7 @@ def _spark_task(
     task_id: str, job, application: str, arguments: list[str], *, connect_conn_id: str | None, **submit: Any
 ) -> SparkSubmitOperator | PythonOperator:
     """The task running the job: ``spark-submit`` through ``submit['conn_id']`` (``_submit``),
-    or with ``connect_conn_id`` the job in the task's own process over Spark Connect
-    (``spark_connect_job``)."""
+    or with ``connect_conn_id`` the job's file over Spark Connect (``spark_connect_job``)."""
     if connect_conn_id is None:
         return _submit(task_id, job, application, arguments, **submit)
     return PythonOperator(
@@ -319,7 +327,7 @@ def pipeline_dag(
     :param conn_id: the Airflow connection spark-submit runs through; its host is the master
         (``local[*]``, ``spark://...``, ``yarn``).
     :param connect_conn_id: a Spark Connect connection (type ``spark_connect``); given, the job
-        runs in the worker's task process as a thin client of that server, and ``conn_id``,
+        runs on the worker, with its Python, as a thin client of that server, and ``conn_id``,
         ``spark_conf``, ``spark_env``, ``spark_binary`` and ``packages`` are not used (the
         server's own settings size it and give it Delta). Default: none, spark-submit.
     :param retries: the retries of each task (safe: a batch re-run with the same input reports

@@ -586,18 +586,12 @@ def main(argv: list[str] | None = None) -> int:
         return _failed(e, getattr(args, "verbose", False))
 
 
-def job_main(
-    pipeline: Pipeline, table: str, argv: list[str] | None = None, *, remote: str | None = None, job: str | None = None
-) -> int:
-    """Entry point of ``spark-submit jobs/<name>.py``: run one batch (or, with ``--replay``, a
-    replay), then validate the results table for the quality gate; 0 on success (the
-    validation's verdict is the gate's to report), 1 on error, as ``finalresults run`` does.
-
-    An Airflow worker runs it in its own process as a Spark Connect client (``framework.airflow``'s
-    ``connect_conn_id``): ``remote`` is the server's URL and ``job`` the job file (default: the
-    program run, ``sys.argv[0]``), which a refusal names."""
-    job = job or sys.argv[0]
-    args = job_parser(f"spark-submit {Path(job).name}").parse_args(sys.argv[1:] if argv is None else argv)
+def job_main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> int:
+    """Entry point of ``spark-submit jobs/<name>.py`` (or, with ``SPARK_REMOTE`` set, of
+    ``python jobs/<name>.py`` as a Spark Connect client): run one batch (or, with ``--replay``,
+    a replay), then validate the results table for the quality gate; 0 on success (the
+    validation's verdict is the gate's to report), 1 on error, as ``finalresults run`` does."""
+    args = job_parser(f"spark-submit {Path(sys.argv[0]).name}").parse_args(sys.argv[1:] if argv is None else argv)
     spark = None
     try:
         start = parse_time(args.start, args.start_flag)
@@ -609,7 +603,7 @@ def job_main(
         if args.replay:
             every = parse_duration(args.every or "")
             start_importing_quality()  # the replayed batches' audits and the table's validation need it
-            spark = spark_session(f"finalresults-{pipeline.name}-replay", metastore=args.metastore, remote=remote)
+            spark = spark_session(f"finalresults-{pipeline.name}-replay", metastore=args.metastore)
             ran = replay_intervals(spark, pipeline, table, start, end, every, args.warehouse, args.landing)
             print(replay_summary(ran))
         elif end is None:
@@ -617,8 +611,8 @@ def job_main(
         else:
             check_interval(pipeline, start, end)
             start_importing_quality()  # the batch's audit and the table's validation need it
-            spark = spark_session(f"finalresults-{pipeline.name}", metastore=args.metastore, remote=remote)
-            ran = _one_batch(spark, pipeline, table, start, end, args, job)
+            spark = spark_session(f"finalresults-{pipeline.name}", metastore=args.metastore)
+            ran = _one_batch(spark, pipeline, table, start, end, args, sys.argv[0])
             print(summary(ran))
         print(gate_summary(after_run(spark, pipeline, args.warehouse, ran, args.run_id)))
         return 0
