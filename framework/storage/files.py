@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import posixpath
 import uuid
+from collections.abc import Sequence
 from urllib.parse import unquote, urlparse
 
 from pyspark.errors import AnalysisException
@@ -92,7 +93,7 @@ def read_staged(spark: SparkSession, path: str, schema: str | None = None) -> Da
     return reader.parquet(path)
 
 
-def first_missing(spark: SparkSession, paths: list[str]) -> str | None:
+def first_missing(spark: SparkSession, paths: Sequence[str]) -> str | None:
     """The first of the files ``paths`` that does not exist, None if all do. Over Spark Connect,
     asked of the server by analysed reads (Spark checks that each path exists and reads none):
     one of them all, and when one is missing, one of each half in turn (log2 of them)."""
@@ -108,12 +109,13 @@ def first_missing(spark: SparkSession, paths: list[str]) -> str | None:
             raise
         return False
 
-    if not paths or not absent(paths):
+    some = list(paths)  # a Connect reader takes a list only (inputFiles gives a tuple there)
+    if not some or not absent(some):
         return None
-    while len(paths) > 1:
-        half = len(paths) // 2
-        paths = paths[:half] if absent(paths[:half]) else paths[half:]
-    return paths[0]
+    while len(some) > 1:
+        half = len(some) // 2
+        some = some[:half] if absent(some[:half]) else some[half:]
+    return some[0]
 
 
 def list_names(spark: SparkSession, path: str) -> list[str]:
