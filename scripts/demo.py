@@ -141,6 +141,18 @@ def _spark(log: Path):
     return quiet_session(lambda: spark_session("finalresults-demo", conf=JAVA_OPTIONS), log)
 
 
+def _sample_data(root: Path, end: dt.datetime) -> None:
+    """The landing table's records for ``[START, end)``, written by ``jobs/sample_data.py`` in a
+    process of its own: this process starts no JVM before Airflow has forked its workers and tasks
+    (see ``_run_intervals``)."""
+    with open(root / "spark-demo.log", "a") as log:
+        subprocess.run(
+            [sys.executable, "-m", "jobs.sample_data", "--from", START.isoformat(), "--to", end.isoformat(),
+             "--landing", str(root / "landing"), "--table", "user_events"],
+            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True,
+        )  # fmt: skip
+
+
 def _load_dags():
     import importlib.util
 
@@ -191,8 +203,9 @@ def _thin_clients(root: Path, stack: ExitStack) -> str:
 def _run_intervals(dag, pipeline, root: Path, hours: int, spark_task: str) -> bool:
     """One Airflow run per hourly interval, in order; whether all succeeded. Airflow's own output
     goes to ``<root>/airflow/runs.log``; each task's log is where the UI reads it. Each run's line
-    comes from the outcome its job left for the quality gate, read without Spark: the demo's own
-    session is stopped meanwhile, so Airflow's forked workers and tasks inherit no Spark state."""
+    comes from the outcome its job left for the quality gate, read without Spark: this process has
+    started no JVM yet, so Airflow's forked workers and tasks inherit no py4j connection (a
+    stopped session's gateway left in them hung a worker of the second run once)."""
     from framework.operations import outcome
 
     with _console_to(root / "airflow" / "runs.log") as console:
@@ -308,11 +321,10 @@ def _demo(root: Path, hours: int, airflow: dict[str, str], spark_task: str) -> i
 
     end = START + dt.timedelta(hours=hours)
     print(f"[3/5] sample data: events that arrived in [{START}, {end})", flush=True)
-    spark = _spark(root / "spark-demo.log")
-    counts = sample_data.generate(spark, str(root / "landing"), START, end, tables=("user_events",))
-    print(f"      {counts['user_events']} records in {root / 'landing' / 'user_events'}", flush=True)
+    _sample_data(root, end)
+    records = len(sample_data.records("user_events", START, end))
+    print(f"      {records} records in {root / 'landing' / 'user_events'}", flush=True)
 
-    spark.stop()  # see _run_intervals
     with _api_server(root / "airflow" / "api-server.log"):
         if not _run_intervals(_load_dags().user_alerts, PIPELINE, root, hours, spark_task):
             return 1
