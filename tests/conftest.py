@@ -22,6 +22,7 @@ SLOWEST_FIRST = (  # worker seconds per file, bench/README.md#the-suite-on-spark
     "test_rate_limit_properties.py",
     "test_airflow.py",
     "test_airflow_scheduler.py",
+    "test_connect.py",
     "test_operations.py",
     "test_retention.py",
     "test_s3.py",
@@ -32,7 +33,6 @@ SLOWEST_FIRST = (  # worker seconds per file, bench/README.md#the-suite-on-spark
     "test_upgrade.py",
     "test_cluster.py",
     "test_soak.py",
-    "test_connect.py",
     "test_catalog.py",
     "test_intervals.py",
 )

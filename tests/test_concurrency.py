@@ -84,11 +84,15 @@ def test_two_processes_commit_one_batch_once_and_leave_other_pipelines_alone(spa
     race(spark, f"{warehouse}/shared", f"{warehouse}/clean", tmp_path / "gate")
 
 
-def race(spark, lake: str, clean_lake: str, gate: Path, env: dict[str, str] | None = None) -> None:
+def race(spark, lake: str, clean_lake: str, gate: Path, env: dict[str, str] | None = None, remote: str = "") -> None:
     """The race of this module's docstring on warehouse ``lake`` (the children get ``env``:
-    test_s3 runs it on S3), checked against a clean run in ``clean_lake``."""
+    test_s3 runs it on S3), checked against a clean run in ``clean_lake``. With ``remote``, the
+    first runner is a thin client of that Spark Connect server (test_connect), the second a
+    classic job with its own JVM, as a spark-submit's."""
     gate.mkdir()
-    racers = [_racer(lake, gate, me, env) for me in OWN]
+    base = dict(os.environ if env is None else env)
+    envs = {me: base for me in OWN} | ({"1": dict(base, SPARK_REMOTE=remote)} if remote else {})
+    racers = [_racer(lake, gate, me, envs[me]) for me in OWN]
     raced = pipeline(RACED[0])
     try:
         clean = Runtime(spark, clean_lake, quality=False)  # the reference, while the racers start

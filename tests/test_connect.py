@@ -4,7 +4,8 @@ results, the ledger, the commit files); write, read, list and remove the small f
 tables in a form that a classic session and the quality-gate task (no Spark) read too; and run
 batches with the guarantees of classic ones: equal rows and ledger, a crash before each write
 point then a re-run, a client killed with a write in flight then a re-run beside it, two clients
-racing one batch. The Airflow run of the demo over Connect is in ``test_airflow.py``.
+racing one batch, a client racing a classic job; and the worked examples. The Airflow run of the
+demo over Connect is in ``test_airflow.py``.
 
 Each client runs in a subprocess: PySpark marks its whole process as a Connect client once a
 Connect session starts (``SPARK_CONNECT_MODE_ENABLED``), which would turn this worker's classic
@@ -20,6 +21,7 @@ import sys
 
 import pytest
 from harness import frame, results, run_stream, unsunk
+from test_concurrency import race
 
 from framework import Runtime
 from framework.operations import outcome
@@ -174,6 +176,28 @@ try:
 except ConcurrentBatchError:
     print(json.dumps("fenced out"))
 """
+
+
+EXAMPLES = """
+import json, sys
+from framework import spark_session
+import test_examples
+
+spark = spark_session("connect-examples")
+root, names = sys.argv[1], sys.argv[2:]
+for name in names:  # each with its own assertions, on a warehouse of its own
+    getattr(test_examples, name)(spark, f"{root}/{name}")
+print(json.dumps(names))
+"""
+# test_examples.py's own tests, one per window type: the blog's alert (tumbling, with its quality
+# gate: GX over Connect), KIP-450's sliding windows, KIP-94's session merge. (All of them took
+# 130 s over a one-thread server, these three a third of that; the other tests here run
+# tumbling batches.)
+EXAMPLES_OVER_CONNECT = [
+    "test_blog_alert_when_fewer_than_3_events_in_an_hour",
+    "test_kip450_four_records_make_seven_sliding_windows",
+    "test_kip94_a_record_between_two_sessions_merges_exactly_those_two",
+]
 
 
 KILLED = """
@@ -333,6 +357,20 @@ def test_two_thin_clients_racing_one_batch_commit_it_once(spark, server, tmp_pat
     assert rt.run_batch(p, "b0001", frame(spark, batches[1], 2)).status == "already committed"
     rt.run_batch(p, "b0002", frame(spark, batches[2], 3))
     assert results(rt, p) == results(clean, p)
+
+
+def test_the_worked_examples_pass_from_a_thin_client(server, tmp_path):
+    """The source documents' examples (``EXAMPLES_OVER_CONNECT``) run by a thin client, each
+    test asserting what it asserts in a classic session."""
+    assert _client(server, EXAMPLES, str(tmp_path), *EXAMPLES_OVER_CONNECT) == EXAMPLES_OVER_CONNECT
+
+
+def test_a_thin_client_and_a_classic_job_racing_one_batch_commit_it_once(spark, server, warehouse, tmp_path):
+    """test_concurrency's race with one runner a thin client and the other a classic job with its
+    own JVM (as spark-submit starts one), on one warehouse on local disk: each commits a batch of
+    its own pipeline, and of the batch both run at once, one commits it and the other is refused
+    or finds it committed; the tables are a clean run's."""
+    race(spark, f"{warehouse}/shared", f"{warehouse}/clean", tmp_path / "gate", remote=server.url)
 
 
 def test_a_thin_client_killed_with_a_write_in_flight_then_rerun_ends_as_a_clean_run(spark, server, tmp_path):
