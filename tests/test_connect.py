@@ -55,6 +55,16 @@ got = {
 }
 
 
+def condition(ask):  # a table that is there but cannot be read is not "no table"
+    try:
+        return ["answered", ask()]
+    except Exception as e:
+        return ["raised", e.getCondition()]
+
+
+got["corrupt"] = {f.__name__: condition(lambda: f(spark, sys.argv[2])) for f in (tables.head, tables.exists)}
+
+
 def command_of(pid):
     try:
         with open(f"/proc/{pid}/stat") as stat:
@@ -267,11 +277,14 @@ def server(tmp_path_factory):
         yield running
 
 
-def test_a_thin_client_reads_what_classic_batches_wrote(spark, server, warehouse):
+def test_a_thin_client_reads_what_classic_batches_wrote(spark, server, warehouse, tmp_path):
     rt = Runtime(spark, warehouse, quality=False)
     p = unsunk("thin").to("out")
     run_stream(rt, p, [[("A", 1, 1), ("B", 4, 2)], [("A", 12, 3)], [("B", 30, 4)]])
-    got = _client(server, CLIENT, warehouse)
+    corrupt = tmp_path / "corrupt" / "_delta_log"
+    corrupt.mkdir(parents=True)
+    (corrupt / f"{0:020d}.json").write_text('{"commitInfo": ')  # a first commit cut short
+    got = _client(server, CLIENT, warehouse, str(corrupt.parent))
     assert got["session"] == "pyspark.sql.connect.session" and not got["gateway"]
     assert not [c for c in got["children"] if "java" in c], got["children"]
     assert got["exists"] == {"state": True, "output": True, "none": False}
@@ -280,6 +293,8 @@ def test_a_thin_client_reads_what_classic_batches_wrote(spark, server, warehouse
     assert got["ledger"] == ["b0000", "b0001", "b0002"] and len(got["rows"]) == 3
     commits = commitlog.commits_after(spark, rt.tables(p).state, 0)
     assert got["commits"] == [list(c) for c in commits] and len(commits) >= 2 and got["past_head"] is None
+    for ask, (what, condition) in got["corrupt"].items():  # not taken for a missing table: raised
+        assert what == "raised" and not condition.startswith(tables.NO_TABLE), (ask, condition)
 
 
 def test_small_files_written_over_connect_read_as_classic_ones_and_back(spark, server, tmp_path):
