@@ -6,6 +6,12 @@ aggregate (C, the floor), over the same generated batches, in one Spark session.
     .venv/bin/python bench/vs_streaming.py --workload tumbling --size quick --lateness record
     .venv/bin/python bench/vs_streaming.py --workload tumbling --size large   # 1M events per batch
     .venv/bin/python bench/vs_streaming.py --size scaling     # A alone: 100k vs 10M open windows
+    .venv/bin/python bench/vs_streaming.py --connect          # all three over a Connect server
+
+With ``--connect`` the bench is a thin client of a Spark Connect server it starts (local[*],
+``framework.orchestration.connectserver``): A, B and C run as the same queries over it, and A's
+queries, jobs and transaction-id lookups, which only a classic session can count, are not
+reported (its Delta commits are).
 
 A runs ``Runtime.run_batch`` with ``lateness="batch"`` (Structured Streaming's watermark rule), so
 for tumbling and hopping windows A's final rows must equal B's appended rows and a pandas ground
@@ -16,7 +22,7 @@ query with a 10 min watermark, append mode, a Delta sink and the RocksDB state s
 ``availableNow`` once per batch with a persistent checkpoint. C aggregates each batch's input
 alone and appends it to Delta: no state, no lateness, no exactly-once bookkeeping.
 
-Writes ``<results>/<workload>-<size>[-record].json``, ``.md`` (the table) and ``.png`` (per-batch seconds).
+Writes ``<results>/<workload>-<size>[-record][-connect].json``, ``.md`` (the table) and ``.png`` (per-batch seconds).
 No timing is asserted anywhere.
 """
 
@@ -29,6 +35,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from datetime import timedelta as td
@@ -43,6 +50,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from framework import BufferConfig, Pipeline, Runtime, SessionWindows, Suppressed, TimeWindows, agg, spark_session
+from framework.orchestration.connectserver import connect_server
+from framework.storage import classic
 
 HOUR, MINUTE = 3_600_000, 60_000
 GRACE = 10 * MINUTE
@@ -268,6 +277,12 @@ class Runners:
         return sum(1 for _ in self.warehouse.rglob("_delta_log/*.json"))
 
     def run_a(self, i: int, path: Path) -> float:
+        if not classic.is_classic(self.spark):  # over Connect: no SparkContext to count jobs with
+            commits, start = self._delta_commits(), time.monotonic()
+            self.rt.run_batch(self.pipeline, f"b{i:04d}", self.spark.read.parquet(str(path)))
+            seconds = time.monotonic() - start
+            self.commits.append(self._delta_commits() - commits)
+            return seconds
         sc, group = self.spark.sparkContext, f"bench-a-{i}"
         commits, queries = self._delta_commits(), _queries(self.spark)
         sc.setJobGroup(group, "framework batch")
@@ -371,11 +386,11 @@ def run(
         for i, path in enumerate(paths):
             for name in seconds:
                 seconds[name].append(getattr(r, f"run_{name.lower()}")(i, path))
+            counted = r.jobs and f" A queries={r.queries[-1]} A jobs={r.jobs[-1]} A txn lookups={r.txn_lookups[-1]}"
             print(
                 f"batch {i}: "
                 + "  ".join(f"{n}={s[-1]:.1f}s" for n, s in seconds.items())
-                + f"  A queries={r.queries[-1]} A jobs={r.jobs[-1]} A commits={r.commits[-1]}"
-                + f" A txn lookups={r.txn_lookups[-1]}",
+                + f"  A commits={r.commits[-1]}{counted or ''}",
                 flush=True,
             )
         metrics = (
@@ -388,6 +403,7 @@ def run(
             "workload": workload,
             "size": size,
             "lateness": lateness,
+            "connect": not classic.is_classic(spark),
             "events": events,
             "batches": batches,
             "keys": keys,
@@ -412,7 +428,7 @@ def run(
             "a_spark_jobs_per_batch": r.jobs,
             "a_delta_commits_per_batch": r.commits,
             "a_txn_lookups_per_batch": r.txn_lookups,
-            "a_job_seconds_last_batch": r.job_seconds,
+            "a_job_seconds_last_batch": getattr(r, "job_seconds", {}),
             "a_late_record_drops": int(metrics.late or 0),
             "a_max_windows_open": int(metrics.open or 0),
             "cross_check": r.cross_check(paths),
@@ -499,11 +515,16 @@ def markdown(rep: dict) -> str:
         f"**{rep['workload']}, {rep['size']}, lateness={rep.get('lateness', 'batch')}**: "
         f"{rep['events']:,} events, {rep['batches']} batches, "
         f"{rep['keys']:,} keys. A/B = {rep['ratio_a_over_b']}, A/C = {rep['ratio_a_over_c']} (medians). "
-        f"A: {statistics.median(rep.get('a_queries_per_batch') or [0]):.0f} queries (SQL executions, Delta's "
-        f"own included), {statistics.median(rep['a_spark_jobs_per_batch']):.0f} Spark jobs and "
-        f"{statistics.median(rep['a_delta_commits_per_batch']):.0f} Delta commits and "
-        f"{statistics.median(rep.get('a_txn_lookups_per_batch') or [0]):.0f} transaction-id lookups per batch "
-        "(median). "
+        + (
+            "All three over a Spark Connect server; "
+            f"A: {statistics.median(rep['a_delta_commits_per_batch']):.0f} Delta commits per batch (median). "
+            if rep.get("connect")
+            else f"A: {statistics.median(rep.get('a_queries_per_batch') or [0]):.0f} queries (SQL executions, "
+            f"Delta's own included), {statistics.median(rep['a_spark_jobs_per_batch']):.0f} Spark jobs and "
+            f"{statistics.median(rep['a_delta_commits_per_batch']):.0f} Delta commits and "
+            f"{statistics.median(rep.get('a_txn_lookups_per_batch') or [0]):.0f} transaction-id lookups per batch "
+            "(median). "
+        )
         + (
             f"Cross-check A = B = truth: {'passed' if cc['passed'] else 'FAILED'} ({cc['rows_a']:,} rows). "
             if cc["passed"] is not None
@@ -523,7 +544,10 @@ def write_report(rep: dict, results: Path) -> None:
     import matplotlib.pyplot as plt
 
     results.mkdir(parents=True, exist_ok=True)
-    stem = results / f"{rep['workload']}-{rep['size']}{'-record' if rep.get('lateness') == 'record' else ''}"
+    stem = results / (
+        f"{rep['workload']}-{rep['size']}{'-record' if rep.get('lateness') == 'record' else ''}"
+        f"{'-connect' if rep.get('connect') else ''}"
+    )
     stem.with_suffix(".json").write_text(json.dumps(rep, indent=1) + "\n")
     stem.with_suffix(".md").write_text(markdown(rep))
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -559,8 +583,18 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--open-windows", type=int, nargs="+", default=[100_000, 10_000_000], help="scaling only")
     ap.add_argument("--results", type=Path, default=Path(__file__).parent / "results")
+    ap.add_argument("--connect", action="store_true", help="run all three over a Spark Connect server it starts")
     args = ap.parse_args()
-    spark = spark_session("bench-vs-streaming", conf={"spark.sql.streaming.stateStore.providerClass": ROCKSDB})
+    with ExitStack() as stack:
+        remote = None
+        if args.connect:
+            log = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-connect-"))
+            remote = stack.enter_context(connect_server(Path(log) / "server.log", master="local[*]")).url
+        conf = {"spark.sql.streaming.stateStore.providerClass": ROCKSDB}
+        _main(args, spark_session("bench-vs-streaming", conf=conf, remote=remote))
+
+
+def _main(args: argparse.Namespace, spark: SparkSession) -> None:
     if args.size == "scaling":
         rep = scaling(
             spark, tuple(args.open_windows), args.events or 100_000, args.batches or 3, args.keys or 1_000, args.results

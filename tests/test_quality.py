@@ -206,10 +206,10 @@ def test_frames_gx_would_judge_differently_in_memory_are_validated_in_spark(spar
     suite = load_suite(hourly(), None)
     rows = spark.createDataFrame([(1.5,), (float("nan"),)], "x double")
     numbers = rows.filter(~F.isnan("x"))
-    assert quality._engine(numbers, suite) == "pandas"
-    assert quality._engine(rows, suite) == "spark"
-    monkeypatch.setattr(quality, "IN_MEMORY_ROWS", 0)
-    assert quality._engine(numbers, suite) == "spark"
+    assert quality._in_memory(numbers, suite).to_dict("list") == {"x": [1.5]}
+    assert quality._in_memory(rows, suite) is None
+    monkeypatch.setattr(quality, "IN_MEMORY_ROWS", 1)
+    assert quality._in_memory(numbers, suite) is not None and quality._in_memory(numbers.union(numbers), suite) is None
     monkeypatch.undo()
     suite.add_expectation(gx.expectations.ExpectColumnValuesToBeOfType(column="x", type_="DoubleType"))
-    assert quality._engine(numbers, suite) == "spark"
+    assert quality._in_memory(numbers, suite) is None
