@@ -590,8 +590,11 @@ def main() -> None:
         if args.connect:
             log = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-connect-"))
             remote = stack.enter_context(connect_server(Path(log) / "server.log", master="local[*]")).url
-        conf = {"spark.sql.streaming.stateStore.providerClass": ROCKSDB}
-        _main(args, spark_session("bench-vs-streaming", conf=conf, remote=remote))
+        spark = spark_session(
+            "bench-vs-streaming", conf={"spark.sql.streaming.stateStore.providerClass": ROCKSDB}, remote=remote
+        )
+        stack.callback(spark.stop)  # before the server stops
+        _main(args, spark)
 
 
 def _main(args: argparse.Namespace, spark: SparkSession) -> None:
