@@ -272,31 +272,31 @@ class Runners:
         self.commits: list[int] = []
         self.txn_lookups: list[int] = []
         self.queries: list[int] = []
+        self.job_seconds: dict[str, float] = {}  # of A's last batch, by call site (classic only)
 
     def _delta_commits(self) -> int:
         return sum(1 for _ in self.warehouse.rglob("_delta_log/*.json"))
 
     def run_a(self, i: int, path: Path) -> float:
-        if not classic.is_classic(self.spark):  # over Connect: no SparkContext to count jobs with
-            commits, start = self._delta_commits(), time.monotonic()
-            self.rt.run_batch(self.pipeline, f"b{i:04d}", self.spark.read.parquet(str(path)))
-            seconds = time.monotonic() - start
-            self.commits.append(self._delta_commits() - commits)
-            return seconds
-        sc, group = self.spark.sparkContext, f"bench-a-{i}"
-        commits, queries = self._delta_commits(), _queries(self.spark)
-        sc.setJobGroup(group, "framework batch")
+        """One framework batch, and its Delta commits; in a classic session also its Spark jobs,
+        queries and transaction-id lookups (over Connect there is no SparkContext to count them)."""
+        counting = classic.is_classic(self.spark)
+        commits = self._delta_commits()
+        if counting:
+            sc, group, queries = self.spark.sparkContext, f"bench-a-{i}", _queries(self.spark)
+            sc.setJobGroup(group, "framework batch")
         start = time.monotonic()
         self.rt.run_batch(self.pipeline, f"b{i:04d}", self.spark.read.parquet(str(path)))
         seconds = time.monotonic() - start
-        for prop in ("spark.jobGroup.id", "spark.job.description"):
-            sc.setLocalProperty(prop, None)  # later jobs of a shared session (tests) stay ungrouped
-        self.jobs.append(len(sc.statusTracker().getJobIdsForGroup(group)))
-        ids = set(sc.statusTracker().getJobIdsForGroup(group))
-        self.job_seconds = _job_seconds(self.spark, ids)
-        self.txn_lookups.append(_txn_lookups(self.spark, ids))
         self.commits.append(self._delta_commits() - commits)
-        self.queries.append(_queries(self.spark) - queries)
+        if counting:
+            for prop in ("spark.jobGroup.id", "spark.job.description"):
+                sc.setLocalProperty(prop, None)  # later jobs of a shared session (tests) stay ungrouped
+            ids = set(sc.statusTracker().getJobIdsForGroup(group))
+            self.jobs.append(len(ids))
+            self.job_seconds = _job_seconds(self.spark, ids)
+            self.txn_lookups.append(_txn_lookups(self.spark, ids))
+            self.queries.append(_queries(self.spark) - queries)
         return seconds
 
     def run_b(self, i: int, path: Path) -> float:
@@ -428,7 +428,7 @@ def run(
             "a_spark_jobs_per_batch": r.jobs,
             "a_delta_commits_per_batch": r.commits,
             "a_txn_lookups_per_batch": r.txn_lookups,
-            "a_job_seconds_last_batch": getattr(r, "job_seconds", {}),
+            "a_job_seconds_last_batch": r.job_seconds,
             "a_late_record_drops": int(metrics.late or 0),
             "a_max_windows_open": int(metrics.open or 0),
             "cross_check": r.cross_check(paths),

@@ -83,10 +83,10 @@ class Tables:
 
 def exists(spark: SparkSession, path: str) -> bool:
     """Whether a Delta table is at ``path``. Over Spark Connect, by analysing a read of it, which
-    resolves the table's last snapshot (with no job where the version has a checksum file, which
-    commits over Connect write; a classic session of ours writes none) (delta-spark's ``DeltaTable`` needs
-    Delta's Connect plugin on the server, which Delta 4.4 does not publish for Spark 4.2, and
-    ``DESCRIBE DETAIL`` runs a job: 1.4 s on a one-thread server)."""
+    resolves the table's last snapshot: no job where that version has a checksum file, which
+    commits over Connect write and a classic session of ours does not. Not delta-spark's
+    ``DeltaTable``, which needs Delta's Connect plugin on the server (Delta 4.4 publishes none for
+    Spark 4.2), nor ``DESCRIBE DETAIL``, which runs a job (1.4 s on a one-thread server)."""
     if classic.is_classic(spark):
         return DeltaTable.isDeltaTable(spark, path)
     return _unless_no_table(lambda: read(spark, path).schema) is not None
