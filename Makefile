@@ -19,7 +19,7 @@ install: $(VENV)/.installed $(LOGSTORE_JAR)
 INSTALL_LOG := $(VENV)/install.log
 logged = $(1) >>$(INSTALL_LOG) 2>&1 || { tail -n 40 $(INSTALL_LOG); echo "install failed; the whole log: $(INSTALL_LOG)"; exit 1; }
 
-# uv installs the packages (41 s from an empty cache here, pip 137 s); pip is kept in the venv for
+# uv installs the packages (41 s from an empty cache here, pip 137 s); the venv keeps its own pip for
 # the packaging test. Chromium's apt install, when it is missing, runs beside them.
 $(VENV)/.installed: pyproject.toml
 	@echo "install: Python packages into $(VENV) (log: $(INSTALL_LOG))"
@@ -29,7 +29,7 @@ $(VENV)/.installed: pyproject.toml
 	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } >$(VENV)/apt.log 2>&1 & \
 	fi; \
 	$(call logged,$(PY) -m pip install -q uv); \
-	$(call logged,$(VENV)/bin/uv pip install -q --native-tls --python $(PY) $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS)) -e ".[dev]" pip); \
+	$(call logged,$(VENV)/bin/uv pip install -q --native-tls --python $(PY) $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS)) -e ".[dev]"); \
 	wait; cat $(VENV)/apt.log >>$(INSTALL_LOG) 2>/dev/null; \
 	command -v chromium >/dev/null || { tail -n 40 $(VENV)/apt.log; echo "install failed: chromium"; exit 1; }
 	@echo "install: Delta's jars from Maven Central (once; cached in ~/.ivy2)"
