@@ -7,54 +7,67 @@ PY     := $(VENV)/bin/python
 # their subprocesses, so the other worker's Spark tests fill the second core. Files start in
 # tests/conftest.py's order (slowest first), not xdist's (most tests first).
 PYTEST_ARGS ?= -q --durations=25 -n 2 --dist loadfile --no-loadscope-reorder
+# The install's steps that wait on the network (apt, Maven Central) run beside the ones that need
+# the CPU (lint, the unit tests); each step's output comes whole when it ends.
+PARALLEL := --no-print-directory -j4 --output-sync=target
 
-.PHONY: install lint unit test demo bench bench-quick clean
+.PHONY: install chromium lint unit test demo bench bench-quick clean
 
+PACKAGES     := $(VENV)/.packages
+JARS         := $(VENV)/.installed
 LOGSTORE_JAR := framework/storage/java/finalresults-s3-logstore.jar
 
-install: $(VENV)/.installed $(LOGSTORE_JAR)
+install: $(JARS) $(LOGSTORE_JAR) chromium
 
-# What the install steps print (pip, apt, Ivy's resolution) goes to INSTALL_LOG; the console gets
-# a line per step, and the log's end if a step fails.
+# What the install steps print (uv, Ivy's resolution) goes to INSTALL_LOG, apt's to APT_LOG; the
+# console gets a line per step, and the log's end if a step fails.
 INSTALL_LOG := $(VENV)/install.log
+APT_LOG     := $(VENV)/apt.log
 logged = $(1) >>$(INSTALL_LOG) 2>&1 || { tail -n 40 $(INSTALL_LOG); echo "install failed; the whole log: $(INSTALL_LOG)"; exit 1; }
 
-# uv installs the packages (41 s from an empty cache here, pip 137 s); the venv keeps its own pip for
-# the packaging test. Chromium's apt install, when it is missing, runs beside them.
-$(VENV)/.installed: pyproject.toml
+# uv installs the packages (41 s from an empty cache here, pip 137 s); the venv keeps its own pip
+# for the packaging test.
+$(PACKAGES): pyproject.toml
 	@echo "install: Python packages into $(VENV) (log: $(INSTALL_LOG))"
 	@python3 -m venv $(VENV)
-	@if ! command -v chromium >/dev/null; then \
-	  echo "install: chromium (Debian package), headless, for the UI tests (Airflow plugin, Data Docs)"; \
-	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } >$(VENV)/apt.log 2>&1 & \
-	fi; \
-	$(call logged,$(PY) -m pip install -q uv); \
-	$(call logged,$(VENV)/bin/uv pip install -q --native-tls --python $(PY) $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS)) -e ".[dev]"); \
-	wait; cat $(VENV)/apt.log >>$(INSTALL_LOG) 2>/dev/null; \
-	command -v chromium >/dev/null || { tail -n 40 $(VENV)/apt.log; echo "install failed: chromium"; exit 1; }
+	@$(call logged,$(PY) -m pip install -q uv)
+	@$(call logged,$(VENV)/bin/uv pip install -q --native-tls --python $(PY) $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS)) -e ".[dev]")
+	@touch $@
+
+$(JARS): $(PACKAGES)
 	@echo "install: Delta's jars from Maven Central (once; cached in ~/.ivy2)"
 	@$(call logged,$(PY) -c "from framework import spark_session; spark_session('install').stop()")
 	@touch $@
 
 # S3 warehouses (docs/s3.md): resolve hadoop-aws and its AWS SDK bundle (~560 MB, once, into
 # ~/.ivy2) and compile the commit LogStore against them (javac, Java 17).
-$(LOGSTORE_JAR): framework/storage/java/*.java $(VENV)/.installed
+$(LOGSTORE_JAR): framework/storage/java/*.java $(JARS)
 	@echo "install: S3 support (hadoop-aws, the AWS SDK, the LogStore jar)"
 	@$(call logged,$(PY) -m framework.storage.s3)
 
-lint: install
+# Headless chromium for the UI tests (Airflow plugin, Data Docs), from Debian, when it is missing.
+chromium:
+	@if ! command -v chromium >/dev/null; then \
+	  echo "install: chromium (Debian package; log: $(APT_LOG))"; mkdir -p $(VENV); \
+	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } >>$(APT_LOG) 2>&1 \
+	    || { tail -n 40 $(APT_LOG); echo "install failed; the whole log: $(APT_LOG)"; exit 1; }; \
+	fi
+
+lint: $(PACKAGES)
 	$(PY) -m ruff check
 	$(PY) -m ruff format --check
 	$(PY) -m mypy framework
 
 # No Spark, no JVM: tests/unit/conftest.py refuses the spark fixture.
-unit: install
+unit: $(PACKAGES)
 	$(PY) -m pytest -q tests/unit
 
-test: install lint unit
+test:
+	@$(MAKE) $(PARALLEL) install lint unit
 	$(PY) -m pytest --ignore=tests/unit $(PYTEST_ARGS)
 
-demo: install
+demo:
+	@$(MAKE) $(PARALLEL) install
 	$(PY) scripts/demo.py $(if $(CONNECT),--connect)
 
 # Framework vs Structured Streaming vs a plain aggregate; results in bench/results/ (see bench/README.md).
