@@ -89,6 +89,10 @@ def run_airflow(root: Path, names: list[str], hours: int, parallelism: int, dead
         {
             "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
             "AIRFLOW__CORE__PARALLELISM": str(parallelism),
+            # A task's token is made when it is queued; one that waits longer than this for a
+            # slot fails its first attempt (docs/airflow.md, retries). Here tasks wait up to
+            # an hour.
+            "AIRFLOW__EXECUTION_API__JWT_EXPIRATION_TIME": "3600",
             "FINALRESULTS_JOBS": str(root / "jobs"),
             "FINALRESULTS_EXPECTATIONS": str(root / "expectations"),
             "FINALRESULTS_END": (START + dt.timedelta(hours=hours - 1)).isoformat(),
