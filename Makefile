@@ -14,16 +14,18 @@ PARALLEL := --no-print-directory -j4 --output-sync=target
 .PHONY: install chromium lint unit test demo bench bench-quick clean
 
 PACKAGES     := $(VENV)/.packages
-JARS         := $(VENV)/.installed
+JARS         := $(VENV)/.jars
 LOGSTORE_JAR := framework/storage/java/finalresults-s3-logstore.jar
 
 install: $(JARS) $(LOGSTORE_JAR) chromium
 
-# What the install steps print (uv, Ivy's resolution) goes to INSTALL_LOG, apt's to APT_LOG; the
-# console gets a line per step, and the log's end if a step fails.
+# What the install steps print (uv, Ivy's resolution) goes to INSTALL_LOG, apt's to APT_LOG (it may
+# run beside them); the console gets a line per step, and the log's end if a step fails.
+# $(call logged,command[,log]): the log defaults to INSTALL_LOG.
 INSTALL_LOG := $(VENV)/install.log
 APT_LOG     := $(VENV)/apt.log
-logged = $(1) >>$(INSTALL_LOG) 2>&1 || { tail -n 40 $(INSTALL_LOG); echo "install failed; the whole log: $(INSTALL_LOG)"; exit 1; }
+log_of = $(or $(2),$(INSTALL_LOG))
+logged = $(1) >>$(log_of) 2>&1 || { tail -n 40 $(log_of); echo "install failed; the whole log: $(log_of)"; exit 1; }
 
 # uv installs the packages (41 s from an empty cache here, pip 137 s); the venv keeps its own pip
 # for the packaging test.
@@ -49,8 +51,7 @@ $(LOGSTORE_JAR): framework/storage/java/*.java $(JARS)
 chromium:
 	@if ! command -v chromium >/dev/null; then \
 	  echo "install: chromium (Debian package; log: $(APT_LOG))"; mkdir -p $(VENV); \
-	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } >>$(APT_LOG) 2>&1 \
-	    || { tail -n 40 $(APT_LOG); echo "install failed; the whole log: $(APT_LOG)"; exit 1; }; \
+	  $(call logged,{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; },$(APT_LOG)); \
 	fi
 
 lint: $(PACKAGES)

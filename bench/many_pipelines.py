@@ -90,8 +90,8 @@ def run_airflow(root: Path, names: list[str], hours: int, parallelism: int, dead
             "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
             "AIRFLOW__CORE__PARALLELISM": str(parallelism),
             # A task's token is made when it is queued; one that waits longer than this for a
-            # slot fails its first attempt (docs/airflow.md, retries). Here tasks wait up to
-            # an hour.
+            # slot fails its first attempt (docs/airflow.md, retries); twenty pipelines on a few
+            # slots queue tasks for tens of minutes.
             "AIRFLOW__EXECUTION_API__JWT_EXPIRATION_TIME": "3600",
             "FINALRESULTS_JOBS": str(root / "jobs"),
             "FINALRESULTS_EXPECTATIONS": str(root / "expectations"),
