@@ -252,6 +252,7 @@ def _started_when_its_tasks_did(run) -> None:
 
 
 def _report(rt, pipeline, last, root: Path) -> None:
+    from framework.operations.quality import document_index
     from framework.operations.status import shown
     from framework.storage.metrics import KIP_NAMES
 
@@ -264,7 +265,7 @@ def _report(rt, pipeline, last, root: Path) -> None:
     for label, path in [
         ("results", rt.tables(pipeline).output),
         ("pipeline state", rt.tables(pipeline).root),
-        ("quality docs", root / "warehouse" / "data_docs" / "index.html"),
+        ("quality docs", document_index(str(root / "warehouse"))),
         ("landing", root / "landing"),
         ("airflow home", root / "airflow"),
         ("airflow output", root / "airflow" / "runs.log"),

@@ -40,6 +40,8 @@ def data_docs(spark, tmp_path_factory):
         quality.validate(
             spark, PIPELINE, rows(spark, None), "2026-01-01T02:00:00", warehouse_root=str(warehouse)
         ).raise_for_failures()
+    assert not (warehouse / "data_docs" / "index.html").exists()  # audits write their own pages only
+    assert quality.document_index(str(warehouse)) == warehouse / "data_docs" / "index.html"
     return warehouse / "data_docs"
 
 

@@ -107,7 +107,8 @@ def test_gate_records_warnings_and_refuses_a_batch_failing_a_critical_expectatio
     }
     assert results.filter("batch_id = 'b2'").count() == len(passed.checks) == 10
     index = os.path.join(warehouse, "data_docs", "index.html")
-    assert os.path.isfile(index) and "user_alerts" in open(index).read()
+    assert not os.path.exists(index)  # no audit builds GX's index: its cost grows with the results it lists
+    assert str(quality.document_index(warehouse)) == index and "user_alerts" in open(index).read()
     assert passed.docs.startswith("file://") and os.path.isfile(passed.docs[len("file://") :])
 
 

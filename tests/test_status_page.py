@@ -73,6 +73,7 @@ def lake(spark, tmp_path_factory):
         )
     assert not (Path(warehouse) / "quiet").exists()  # refused before anything was written
     html = root / "status.html"
+    assert not (Path(warehouse) / "data_docs" / "index.html").exists()  # no audit builds GX's index
     status = _run(["status", ALERTS, str(quiet), "--warehouse", warehouse, "--html", str(html)])
     metrics = Runtime(spark, warehouse).read_metrics(load_job(ALERTS).PIPELINE).orderBy("seq").collect()
     audits = spark.read.format("delta").load(f"{warehouse}/quality_results").filter("batch_id is not null")
@@ -84,6 +85,7 @@ def lake(spark, tmp_path_factory):
         json=_run(["status", "--warehouse", warehouse, "--json", "--last", "3"]),
         audited={r.batch_id for r in audits.collect()},
         page=html.read_text(encoding="utf-8"),
+        docs_index=Path(warehouse, "data_docs", "index.html"),
         metrics=[r.asDict() for r in metrics],
     )
 
@@ -153,6 +155,12 @@ def test_charts_plot_the_metrics_table_one_point_per_batch(lake):
     captions = {f.get("data-chart"): "".join(f.find("figcaption").itertext()) for f in alerts.iter("figure")}
     assert f" records-in {rows[-1]['records_in']:,}" in captions["records in"]
     assert "suppression-buffer-size-current" in " ".join(p.text or "" for p in alerts.iter("p"))  # not recorded
+
+
+def test_page_links_gx_data_docs_index_which_status_html_builds(lake):
+    links = {a.get("href") for a in ET.fromstring(lake.page).iter("a") if a.text == "Data Docs"}
+    assert links == {lake.docs_index.resolve().as_uri()}
+    assert all(batch in lake.docs_index.read_text() for batch in lake.audited)
 
 
 def test_page_fetches_nothing(lake):

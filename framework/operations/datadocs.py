@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,10 +37,10 @@ _REMOTE_IMAGE = re.compile(r"url\('https?://[^']+'\)")
 _UNTRUSTED_ORIGIN = re.compile(r'\s(?:integrity|crossorigin)="[^"]*"')  # file:// pages cannot check either
 
 
-def make_offline(data_docs: Path, since: float = 0) -> int:
-    """Rewrite the pages under ``data_docs`` written at or after ``since`` (a time stamp; GX
-    rewrites the index and the pages of each validation it renders) to load nothing remote.
-    Returns the number of pages rewritten."""
+def make_offline(data_docs: Path, pages: Iterable[Path]) -> int:
+    """Rewrite ``pages`` (files under ``data_docs`` GX just wrote: a validation's page, its suite's,
+    the index) to load nothing remote. Named, not found by walking the folder: that walk grows with
+    every validation kept. Returns the number of pages rewritten."""
     vendor = data_docs / "static" / "vendor"
     vendor.mkdir(parents=True, exist_ok=True)
     for asset in ASSETS.glob("*.*"):
@@ -48,8 +49,8 @@ def make_offline(data_docs: Path, since: float = 0) -> int:
     copies = (*vendor.iterdir(), *data_docs.glob("static/images/*"))
     local = {p.name: p.relative_to(data_docs).as_posix() for p in copies}
     rewritten = 0
-    for page in data_docs.rglob("*.html"):
-        if page.stat().st_mtime < since:
+    for page in pages:
+        if not page.is_file():
             continue
         up = "../" * (len(page.relative_to(data_docs).parts) - 1)
 

@@ -282,8 +282,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     unread = [s.name for s in found if not (s.started or args.jobs or args.live)]  # no file, maybe tables
     found = [s for s in found if s.started or args.jobs]  # other folders are no pipeline's
     if args.html:
-        from ..operations import statuspage
+        from ..operations import quality, statuspage
 
+        quality.document_index(args.warehouse)  # the page links GX's index; no audit builds it
         with open(args.html, "w", encoding="utf-8") as out:
             out.write(statuspage.page(args.warehouse, found, statuspage.local_links(args.warehouse)))
         print(f"{args.html}: status of {len(found)} pipeline(s)" + _as_of(ages))
