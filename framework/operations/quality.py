@@ -210,8 +210,9 @@ def _checkpoint(context, suite: gx.ExpectationSuite, engine: str):
     )
 
 
-def _document(context, identifier, result, p: Pipeline, batch: str) -> str | None:
-    """Data Docs for one stored validation result; the URL of its page.
+def _document(context, identifier, result, p: Pipeline, batch: str, data_docs: Path) -> str | None:
+    """Data Docs for one stored validation result, its page and its suite's, made offline in
+    ``data_docs``; the URL of its page.
 
     GX describes a DataFrame it validated as ``<DATAFRAME>`` of no asset (its page read "Data
     asset: None"), so the stored result first gets the names a reader knows: the results table
@@ -220,13 +221,18 @@ def _document(context, identifier, result, p: Pipeline, batch: str) -> str | Non
     result.meta["batch_spec"] = {"data_asset_name": f"{p.name}/{p.sink}", "batch": batch}
     result.meta["batch_parameters"] = {"batch": batch}
     context.validation_results_store.set(identifier, result)
+    written = [identifier, ExpectationSuiteIdentifier(name=result.suite_name)]
     context.build_data_docs(
         site_names=[SITE],
-        resource_identifiers=[identifier, ExpectationSuiteIdentifier(name=result.suite_name)],
+        resource_identifiers=written,
         build_index=False,  # its cost grows with the results it lists: ``document_index`` builds it
     )
-    urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=SITE)
-    return urls[0]["site_url"] if urls else None
+    page, suite_page = (
+        [u["site_url"] for u in context.get_docs_sites_urls(resource_identifier=r, site_name=SITE)] for r in written
+    )
+    # GX's URLs escape a run name's special characters (the ``:`` of a time)
+    datadocs.make_offline(data_docs, [Path(url2pathname(urlparse(u).path)) for u in page + suite_page])
+    return page[0] if page else None
 
 
 def document_index(warehouse_root: str) -> Path | None:
@@ -341,12 +347,7 @@ def _run(
             [(identifier, result)] = run.run_results.items()
             docs = None
             if root:
-                docs = _document(context, identifier, result, p, run_name)
-                data_docs = Path(root) / "data_docs"
-                written = [data_docs / "expectations" / f"{suite.name}.html"]
-                if docs:  # GX's URL escapes the run name's special characters (``:`` of a time)
-                    written.append(Path(url2pathname(urlparse(docs).path)))
-                datadocs.make_offline(data_docs, written)
+                docs = _document(context, identifier, result, p, run_name, Path(root) / "data_docs")
     finally:
         if rows is None:
             frame.unpersist()
