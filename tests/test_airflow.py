@@ -54,13 +54,11 @@ def test_airflow_runs_of_the_demo_give_the_one_batch_final_rows(spark, tmp_path,
     thin client of a Spark Connect server, the batch's audit and the gate's validation included."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "FINALRESULTS", "SPARK_REMOTE"))}
     demo = [sys.executable, str(ROOT / "scripts" / "demo.py"), "--root", str(tmp_path), "--hours", str(DEMO_HOURS)]
-    done = subprocess.run(
-        demo + ["--connect"] * connect,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1500,
-    )
+    try:
+        done = subprocess.run(demo + ["--connect"] * connect, capture_output=True, text=True, env=env, timeout=1500)
+    except subprocess.TimeoutExpired as hung:
+        console = hung.stdout.decode(errors="replace") if isinstance(hung.stdout, bytes) else hung.stdout
+        pytest.fail(f"the demo hung; its console:\n{console}\n{_logs_of_the_demo(tmp_path)}")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # The console holds the demo's own lines; Airflow's run loop (its INFO lines, dag.test()'s warning
     # every second while a task runs) and the executor's workers (echoing spark-submit) write to runs.log
@@ -88,6 +86,13 @@ def test_airflow_runs_of_the_demo_give_the_one_batch_final_rows(spark, tmp_path,
         validation = said.split("committed (seq")[-1]  # what the job left for the quality gate
         assert "results: valid" in validation or "results: not validated again" in validation, said[-2000:]
         assert _last_attempt(run / "task_id=quality_gate").stat().st_size > 0, listing
+
+
+def _logs_of_the_demo(root: Path) -> str:
+    """The ends of the logs a hung demo left: Airflow's, each task's, the Spark Connect server's."""
+    logs = [root / "airflow" / "runs.log", *sorted((root / "airflow" / "logs").rglob("*.log"))]
+    logs.append(root / "spark-connect.log")
+    return "\n".join(f"--- {log}:\n{log.read_text()[-2500:]}" for log in logs if log.exists())
 
 
 def _last_attempt(task: Path) -> Path:
