@@ -246,19 +246,17 @@ def _executor_ending_every_worker() -> None:
     alive, then waiting for every worker. Under load a message went missing: with the runs done,
     a worker waited on the queue for ever, and dag.test() with it (once in CI, once in a
     reproduction beside test_replay; apache/airflow#45329 is a flaky end() too). A message more
-    per worker, put first, ends them all; what they leave unread goes with the queue."""
+    per worker, put first, ends them all; what they leave unread goes with the queue (so wrapping
+    twice would only add messages)."""
     from airflow.executors.local_executor import LocalExecutor
 
     end = LocalExecutor.end
-    if getattr(end, "ends_every_worker", False):
-        return
 
     def end_every_worker(executor: LocalExecutor) -> None:
         for _ in executor.workers:
             executor.activity_queue.put(None)
         end(executor)
 
-    end_every_worker.ends_every_worker = True  # type: ignore[attr-defined]
     LocalExecutor.end = end_every_worker
 
 
