@@ -40,7 +40,15 @@ def plan(b: Batch, w: TimeWindows) -> Effect:
         .withColumn(BUCKET, b.bucket())
     )
     due_bucket = b.time_after // b.bucket_ms
-    stored = b.stored(batch_partials)
+    everything = b.stored(batch_partials)  # counted only where the ledger has no count of open windows
+    stored, near = everything, _near_buckets(b, w)
+    if p.suppressed_final and b.state is not None:
+        # One read of state serves the results, the rewrite of the due buckets at the commit
+        # point and the count of new windows: each read of it plans a Delta scan of its own.
+        wanted = F.col(BUCKET) <= due_bucket
+        if near is not None:
+            wanted = wanted | F.col(BUCKET).between(F.lit(near[0]), F.lit(near[1]))
+        stored = b.keep(everything.filter(wanted))
     rows = stored.filter(F.col(BUCKET) <= due_bucket).unionByName(batch_partials)
     due = F.col(CLOSE) <= b.time_after
     keep = rows.filter(~due)
@@ -50,7 +58,7 @@ def plan(b: Batch, w: TimeWindows) -> Effect:
         touched = batch_partials.select(*ident)
         results = _merge_windows(p, stored.join(touched, ident, "left_semi").unionByName(batch_partials))
     results = results.select(*p.keys, "window_start", "window_end", *finished(p), F.lit(False).alias(GONE))
-    still_open = stored.filter(~due).unionByName(batch_partials.filter(~due)).select(*ident).distinct()
+    still_open = everything.filter(~due).unionByName(batch_partials.filter(~due)).select(*ident).distinct()
     closed = results if p.suppressed_final else rows.filter(due).select(*ident).distinct()
 
     return Effect(
@@ -63,26 +71,33 @@ def plan(b: Batch, w: TimeWindows) -> Effect:
         counted=assigned,
         counters=counters(F.col(N_STARTS) - F.col(N_OPEN_STARTS), F.col(N_OPEN_STARTS) == 0),
         open_windows=still_open,
-        opened=_new_windows(b, w, batch_partials.select(*ident)),
+        opened=_new_windows(b, near, stored if p.suppressed_final else b.state, batch_partials.select(*ident)),
         updates=partial_updates(b, held.withColumn("window_end", F.col("window_start") + w.size_ms))
         if wants_updates(p)
         else None,
     )
 
 
-def _new_windows(b: Batch, w: TimeWindows, windows: DataFrame) -> DataFrame:
-    """Of the batch's ``windows``, those not in state before: looked up in the buckets that
-    can hold a window of the batch's event times still open before it (a late record's do
-    not widen the range), a literal range Delta prunes the state's partitions by (counting
-    every open window would read all state)."""
+def _near_buckets(b: Batch, w: TimeWindows) -> tuple[int, int] | None:
+    """The state partitions that can hold a window of the batch's event times still open before
+    it (a late record's do not widen the range): a literal range Delta prunes the state's
+    partitions by. None before any state, or for a batch without event times."""
     if b.state is None or b.event_times is None:
-        return windows
+        return None
     first, last = b.event_times
     offset = w.close_offset_ms()  # a window of event time ts closes in (ts - size + offset, ts + offset]
     earliest = max(first - w.size_ms + offset, b.time_before + 1)  # a window the batch updates closes later
-    low, high = earliest // b.bucket_ms, (last + offset) // b.bucket_ms
-    near = b.state.filter(F.col(BUCKET).between(F.lit(low), F.lit(high))).select(*windows.columns)
-    return windows.join(near, windows.columns, "left_anti")
+    return earliest // b.bucket_ms, (last + offset) // b.bucket_ms
+
+
+def _new_windows(b: Batch, near: tuple[int, int] | None, stored: DataFrame | None, windows: DataFrame) -> DataFrame:
+    """Of the batch's ``windows``, those not in state before: looked up in ``stored`` (state,
+    or the part of it the plan read) in the ``near`` partitions only (counting every open
+    window would read all state)."""
+    if near is None or stored is None:
+        return windows
+    held = stored.filter(F.col(BUCKET).between(F.lit(near[0]), F.lit(near[1]))).select(*windows.columns)
+    return windows.join(held, windows.columns, "left_anti")
 
 
 def assign(records: DataFrame, w: TimeWindows) -> DataFrame:
