@@ -125,6 +125,8 @@ def plan(
         frames["emitted"] = _count(sinks.shape(p, results, "", sta))
     if effect.opened is not None and open_before is not None:
         frames["opened"] = _count(effect.opened)
+        if effect.replaced is not None:
+            frames["replaced"] = _count(effect.replaced)
     else:
         frames["open"] = _count(effect.open_windows)
     if effect.state_changes is not None:
@@ -136,8 +138,8 @@ def plan(
     tally = tallied(frames)
     closed = tally["closed"]["n"]
     emitted = closed if same else tally["emitted"]["n"]
-    opened = tally.get("opened")
-    open_now = open_before + opened["n"] - closed if opened is not None else tally["open"]["n"]
+    opened, replaced = tally.get("opened"), tally.get("replaced", {"n": 0})
+    open_now = open_before + opened["n"] - replaced["n"] - closed if opened is not None else tally["open"]["n"]
     buffered = collected_stats(tally["buffered"]) if "buffered" in frames else None
     check_buffer(steps.where, p, open_now, buffered)
     return Plan(

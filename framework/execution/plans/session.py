@@ -37,6 +37,8 @@ def plan(b: Batch, w: SessionWindows) -> Effect:
     state_cols = stored.columns
     touched_keys = b.records.select(*keys).distinct()
     old = stored.join(touched_keys, keys, "left_semi")
+    if b.state is not None:  # read by the fold, the merge and the gone sessions
+        old = b.keep(old)
     held = old.select(
         *keys,
         F.col("window_start").alias(fold.ID),
@@ -87,6 +89,10 @@ def plan(b: Batch, w: SessionWindows) -> Effect:
         counted=counted,
         counters=counters(F.when(late, 1).otherwise(0), late),
         open_windows=still_open,
+        # what the open sessions' count changes by, from the touched keys' sessions alone
+        # (counting ``still_open`` reads every open session)
+        opened=merged.select(*ident).join(old.select(*ident), ident, "left_anti"),
+        replaced=gone.select(*ident),
         updates=_updates(b, folded, recs, old) if forwards else None,
     )
 
