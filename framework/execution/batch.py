@@ -65,6 +65,11 @@ class Batch:
         """Stored window state shaped like ``like``; empty before the first commit."""
         return like.limit(0) if self.state is None else self.state.select(*like.columns)
 
+    def keep_stored(self, df: DataFrame) -> DataFrame:
+        """``df``, a frame of stored state a plan reads more than once, checkpointed (``keep``):
+        each read of state plans a Delta scan of its own. Before any state there is nothing to keep."""
+        return df if self.state is None else self.keep(df)
+
     def open_state(self, like: DataFrame) -> DataFrame:
         """Stored windows (all open: closed ones are deleted), pruned to the buckets not yet due."""
         if self.state is None:

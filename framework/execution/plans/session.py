@@ -36,9 +36,7 @@ def plan(b: Batch, w: SessionWindows) -> Effect:
     stored = b.open_state(b.record_windows(w, b.records))
     state_cols = stored.columns
     touched_keys = b.records.select(*keys).distinct()
-    old = stored.join(touched_keys, keys, "left_semi")
-    if b.state is not None:  # read by the fold, the merge and the gone sessions
-        old = b.keep(old)
+    old = b.keep_stored(stored.join(touched_keys, keys, "left_semi"))  # read by the fold, the merge, the gone sessions
     held = old.select(
         *keys,
         F.col("window_start").alias(fold.ID),

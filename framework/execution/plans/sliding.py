@@ -37,9 +37,7 @@ def plan(b: Batch, w: SlidingWindows) -> Effect:
     ident = p.identity
     recs = b.records.withColumn(POS, F.col(ARRIVAL_POS))
     stored = b.stored(b.record_windows(w, recs))
-    old = stored.join(recs.select(*keys).distinct(), keys, "left_semi")
-    if b.state is not None:  # read by the fold and the bases
-        old = b.keep(old)
+    old = b.keep_stored(stored.join(recs.select(*keys).distinct(), keys, "left_semi"))  # read by the fold and the bases
     held = old.select(*keys, F.col("window_start").alias(fold.ID), F.col(MAX_TS).alias(fold.A), F.lit(0).alias(fold.B))
     folded = fold.run(held, recs, keys, partial(fold.Sliding, w))
     out, start = F.col("_out"), F.col("_start").alias("window_start")

@@ -40,15 +40,13 @@ def plan(b: Batch, w: TimeWindows) -> Effect:
         .withColumn(BUCKET, b.bucket())
     )
     due_bucket = b.time_after // b.bucket_ms
-    everything = b.stored(batch_partials)  # counted only where the ledger has no count of open windows
+    everything = b.stored(batch_partials)  # all of state: emit-on-update results, or open windows counted anew
     stored, near = everything, _near_buckets(b, w)
-    if p.suppressed_final and b.state is not None:
-        # One read of state serves the results, the rewrite of the due buckets at the commit
-        # point and the count of new windows: each read of it plans a Delta scan of its own.
+    if p.suppressed_final:  # the results, the rewrite of the due buckets and the new windows read only these
         wanted = F.col(BUCKET) <= due_bucket
         if near is not None:
             wanted = wanted | F.col(BUCKET).between(F.lit(near[0]), F.lit(near[1]))
-        stored = b.keep(everything.filter(wanted))
+        stored = b.keep_stored(everything.filter(wanted))
     rows = stored.filter(F.col(BUCKET) <= due_bucket).unionByName(batch_partials)
     due = F.col(CLOSE) <= b.time_after
     keep = rows.filter(~due)
@@ -71,7 +69,7 @@ def plan(b: Batch, w: TimeWindows) -> Effect:
         counted=assigned,
         counters=counters(F.col(N_STARTS) - F.col(N_OPEN_STARTS), F.col(N_OPEN_STARTS) == 0),
         open_windows=still_open,
-        opened=_new_windows(b, near, stored if p.suppressed_final else b.state, batch_partials.select(*ident)),
+        opened=_new_windows(near, stored, batch_partials.select(*ident)),
         updates=partial_updates(b, held.withColumn("window_end", F.col("window_start") + w.size_ms))
         if wants_updates(p)
         else None,
@@ -90,11 +88,11 @@ def _near_buckets(b: Batch, w: TimeWindows) -> tuple[int, int] | None:
     return earliest // b.bucket_ms, (last + offset) // b.bucket_ms
 
 
-def _new_windows(b: Batch, near: tuple[int, int] | None, stored: DataFrame | None, windows: DataFrame) -> DataFrame:
+def _new_windows(near: tuple[int, int] | None, stored: DataFrame, windows: DataFrame) -> DataFrame:
     """Of the batch's ``windows``, those not in state before: looked up in ``stored`` (state,
     or the part of it the plan read) in the ``near`` partitions only (counting every open
-    window would read all state)."""
-    if near is None or stored is None:
+    window would read all state). No ``near`` range: no state to look in."""
+    if near is None:
         return windows
     held = stored.filter(F.col(BUCKET).between(F.lit(near[0]), F.lit(near[1]))).select(*windows.columns)
     return windows.join(held, windows.columns, "left_anti")
