@@ -210,11 +210,12 @@ def running_updates(p: Pipeline, rows: DataFrame) -> DataFrame:
     )
 
 
-def partial_updates(b: Batch, held: DataFrame) -> DataFrame:
+def partial_updates(b: Batch, held: DataFrame, touched: DataFrame) -> DataFrame:
     """Updates of the windows (or keys) whose state is a log of partials (time windows, plain
-    tables): ``held`` has a row per record and window it lands in (its keys and bounds); each
-    record's partials, after the window's stored partials (no arrival, not an update, their
-    latest event time as ``TS``), make the running merge."""
+    tables): ``held`` has a row per record and window it lands in (its keys and bounds),
+    ``touched`` the stored rows of those windows (the plan's one read of them); each record's
+    partials, after the window's stored partials (no arrival, not an update, their latest event
+    time as ``TS``), make the running merge."""
     p = b.pipeline
     after = F.greatest(STREAM_BEFORE, TS).alias(STREAM_AFTER)
     per_record = (
@@ -225,17 +226,13 @@ def partial_updates(b: Batch, held: DataFrame) -> DataFrame:
     if b.state is None:
         return running_updates(p, per_record)
     parts = partial_names(p)
-    stored = (
-        b.state.select(*p.keys_and_bounds, *parts, MAX_TS)
-        .join(per_record.select(*p.identity).distinct(), p.identity, "left_semi")
-        .select(
-            *p.keys_and_bounds,
-            F.lit(None).cast(per_record.schema[ARRIVAL].dataType).alias(ARRIVAL),
-            *[F.lit(None).cast("long").alias(c) for c in (STREAM_BEFORE, STREAM_AFTER)],
-            F.col(MAX_TS).alias(TS),
-            F.lit(False).alias(TOUCH),
-            *parts,
-        )
+    stored = touched.select(
+        *p.keys_and_bounds,
+        F.lit(None).cast(per_record.schema[ARRIVAL].dataType).alias(ARRIVAL),
+        *[F.lit(None).cast("long").alias(c) for c in (STREAM_BEFORE, STREAM_AFTER)],
+        F.col(MAX_TS).alias(TS),
+        F.lit(False).alias(TOUCH),
+        *parts,
     )
     return running_updates(p, per_record.unionByName(stored))
 

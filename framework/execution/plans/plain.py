@@ -19,10 +19,9 @@ def plan(b: Batch) -> Effect:
         .withColumn(CLOSE, F.lit(NEVER))
         .withColumn(BUCKET, F.lit(NEVER // b.bucket_ms))
     )
-    stored = b.stored(batch_partials)
+    touched = b.keep_stored(b.stored(batch_partials).join(batch_partials.select(*keys), keys, "left_semi"))
     merged = (
-        stored.join(batch_partials.select(*keys), keys, "left_semi")
-        .unionByName(batch_partials)
+        touched.unionByName(batch_partials)
         .groupBy(*keys, CLOSE, BUCKET)
         .agg(*merges(p), F.max(MAX_TS).alias(MAX_TS))
         .select(*batch_partials.columns)
@@ -30,7 +29,7 @@ def plan(b: Batch) -> Effect:
     changes = merged.withColumn(GONE, F.lit(False))
     counted = b.records.withColumn("_one", F.lit(1))
     counters = {"late_record_drop_total": F.lit(0).cast("long"), "late_records": F.lit(0).cast("long"), **lateness()}
-    still_open = stored.select(*keys).unionByName(batch_partials.select(*keys)).distinct()
+    still_open = b.stored(batch_partials).select(*keys).unionByName(batch_partials.select(*keys)).distinct()
     return Effect(
         state_changes=changes,
         state_rewrite=None,
@@ -40,5 +39,6 @@ def plan(b: Batch) -> Effect:
         counted=counted,
         counters=counters,
         open_windows=still_open,
-        updates=partial_updates(b, b.records) if wants_updates(p) else None,
+        opened=batch_partials.select(*keys).join(touched, keys, "left_anti"),
+        updates=partial_updates(b, b.records, touched) if wants_updates(p) else None,
     )

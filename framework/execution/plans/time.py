@@ -40,21 +40,23 @@ def plan(b: Batch, w: TimeWindows) -> Effect:
         .withColumn(BUCKET, b.bucket())
     )
     due_bucket = b.time_after // b.bucket_ms
-    everything = b.stored(batch_partials)  # all of state: emit-on-update results, or open windows counted anew
-    stored, near = everything, _near_buckets(b, w)
-    if p.suppressed_final:  # the results, the rewrite of the due buckets and the new windows read only these
-        wanted = F.col(BUCKET) <= due_bucket
-        if near is not None:
-            wanted = wanted | F.col(BUCKET).between(F.lit(near[0]), F.lit(near[1]))
-        stored = b.keep_stored(everything.filter(wanted))
+    everything = b.stored(batch_partials)  # all of state: open windows counted anew (ledgers without the count)
+    near = _near_buckets(b, w)
+    # One read of state feeds the plan (a Delta scan is planned per read): the due partitions
+    # (the results of final windows, the rewrite) and the partitions of the batch's windows
+    # (the stored ones it updates, the new ones).
+    wanted = F.col(BUCKET) <= due_bucket
+    if near is not None:
+        wanted = wanted | F.col(BUCKET).between(F.lit(near[0]), F.lit(near[1]))
+    stored = b.keep_stored(everything.filter(wanted))
     rows = stored.filter(F.col(BUCKET) <= due_bucket).unionByName(batch_partials)
     due = F.col(CLOSE) <= b.time_after
     keep = rows.filter(~due)
+    touched = stored.join(batch_partials.select(*ident), ident, "left_semi")  # stored rows of the batch's windows
     if p.suppressed_final:
         results = _merge_windows(p, rows.filter(due))
     else:
-        touched = batch_partials.select(*ident)
-        results = _merge_windows(p, stored.join(touched, ident, "left_semi").unionByName(batch_partials))
+        results = _merge_windows(p, touched.unionByName(batch_partials))
     results = results.select(*p.keys, "window_start", "window_end", *finished(p), F.lit(False).alias(GONE))
     still_open = everything.filter(~due).unionByName(batch_partials.filter(~due)).select(*ident).distinct()
     closed = results if p.suppressed_final else rows.filter(due).select(*ident).distinct()
@@ -70,7 +72,7 @@ def plan(b: Batch, w: TimeWindows) -> Effect:
         counters=counters(F.col(N_STARTS) - F.col(N_OPEN_STARTS), F.col(N_OPEN_STARTS) == 0),
         open_windows=still_open,
         opened=_new_windows(near, stored, batch_partials.select(*ident)),
-        updates=partial_updates(b, held.withColumn("window_end", F.col("window_start") + w.size_ms))
+        updates=partial_updates(b, held.withColumn("window_end", F.col("window_start") + w.size_ms), touched)
         if wants_updates(p)
         else None,
     )
