@@ -53,8 +53,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("SPARK_CONF_DIR", str(ROOT / "tests" / "spark-conf"))
 
-from harness import frame, in_parallel  # noqa: E402
-from test_exactly_once import Crash, bookkeeping_frame, pipeline, snapshot  # noqa: E402
+from harness import frame, in_parallel, rows_of  # noqa: E402
+from test_exactly_once import Crash, bookkeeping_frame, pipeline, snapshot_frames  # noqa: E402
 from test_operations import _in_thread, _maintain, _Paused, _tables  # noqa: E402
 
 from framework import (  # noqa: E402
@@ -451,20 +451,20 @@ class Soak:
 
     # the verdict
     def tables(self, rt: Runtime, p) -> dict:
-        found = snapshot(rt, p)
-        ledger = rt.read_ledger(p).filter("status = 'committed'")
-        found["ledger"] = sorted(
-            map(
-                str,
-                ledger.select(
-                    "seq", "batch_id", "fingerprint", "stream_time", "interval_start", "interval_end"
-                ).collect(),
-            )
+        """The tables compared, read in one Spark query: ``snapshot``'s, the committed ledger rows,
+        and the results' rows with their duplicates."""
+        frames = snapshot_frames(rt, p)
+        frames["ledger"] = (
+            rt.read_ledger(p)
+            .filter("status = 'committed'")
+            .select("seq", "batch_id", "fingerprint", "stream_time", "interval_start", "interval_end")
         )
         output = bookkeeping_frame(rt.spark, rt.tables(p).output)
-        found["rows"] = Counter(
-            map(str, output.collect() if output is not None else [])
-        )  # not distinct: duplicates count
+        if output is not None:
+            frames["rows"] = output
+        read = rows_of(frames)
+        found = {name: sorted(set(rows)) for name, rows in read.items() if name != "rows"}
+        found["rows"] = Counter(read.get("rows", []))  # not distinct: duplicates count
         return found
 
     def check(self, stream: Stream) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta as td
 
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from framework import BufferConfig, Pipeline, Runtime, Suppressed, TimeWindows, agg
@@ -50,6 +52,23 @@ def results(rt: Runtime, pipeline):
         *[F.unix_millis(c).alias(c) for c in ("window_start", "window_end", "emitted_stream_time") if c in df.columns],
     )
     return sorted((r.asDict() for r in df.collect()), key=lambda r: (r["k"], r.get("window_start", 0)))
+
+
+def rows_of(frames):
+    """The rows of each frame (by name) as JSON strings, duplicates kept, read in one Spark query:
+    a test that compares a pipeline's every table reads them in one job, not a job a table."""
+    tagged = [
+        df.select(
+            F.lit(name).alias("_frame"),
+            F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]), {"ignoreNullFields": "false"}).alias("_row"),
+        )
+        for name, df in frames.items()
+    ]
+    found = {name: [] for name in frames}
+    if tagged:
+        for r in functools.reduce(DataFrame.unionByName, tagged).collect():
+            found[r["_frame"]].append(r["_row"])
+    return found
 
 
 def expected(model_rows, batch_ids=None):

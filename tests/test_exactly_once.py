@@ -7,7 +7,7 @@ import sys
 import threading
 
 import pytest
-from harness import AGGREGATES, frame, in_parallel, results
+from harness import AGGREGATES, frame, in_parallel, results, rows_of
 
 from framework import (
     BatchOrderError,
@@ -59,7 +59,12 @@ def run(rt, p, index, batch=None):
 
 def snapshot(rt, p):
     """Every table of the pipeline, read by name, minus what legitimately differs between runs
-    (wall-clock times, attempt ids and the table versions they made)."""
+    (wall-clock times, attempt ids and the table versions they made): distinct rows, sorted."""
+    return {name: sorted(set(rows)) for name, rows in rows_of(snapshot_frames(rt, p)).items()}
+
+
+def snapshot_frames(rt, p):
+    """The frames ``snapshot`` reads (the tables that exist)."""
     spark, t = rt.spark, rt.tables(p)
     volatile = ["attempt", "at", "state_version", "records_version", "output_version", "buffer_version"]
     frames = {
@@ -71,7 +76,7 @@ def snapshot(rt, p):
     }
     if p.rate_limited:
         frames["buffer"] = bookkeeping_frame(spark, buffer_path(t, p))
-    return {name: sorted(map(str, df.distinct().collect())) for name, df in frames.items() if df is not None}
+    return {name: df for name, df in frames.items() if df is not None}
 
 
 def bookkeeping_frame(spark, path):
