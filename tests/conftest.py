@@ -14,27 +14,29 @@ os.environ["SPARK_CONF_DIR"] = os.path.join(os.path.dirname(__file__), "spark-co
 # The files that take longest, slowest first (a full run's --durations, summed per file): two
 # workers take whole files (--dist loadfile, --no-loadscope-reorder) in this order, so a long
 # file started last would run alone at the end.
-SLOWEST_FIRST = (  # worker seconds per file, bench/README.md#the-suite-on-spark-42-and-delta-44-2026-11-27
+SLOWEST_FIRST = (  # worker seconds per file, two full runs: bench/README.md#the-suite-on-2026-11-29
     "test_replay.py",
-    "test_rate_limit.py",
-    "test_exactly_once.py",
-    "test_examples.py",
-    "test_rate_limit_properties.py",
-    "test_airflow.py",
-    "test_airflow_scheduler.py",
     "test_connect.py",
-    "test_operations.py",
-    "test_retention.py",
+    "test_airflow.py",
+    "test_exactly_once.py",
+    "test_rate_limit.py",
+    "test_airflow_scheduler.py",
+    "test_rate_limit_properties.py",
+    "test_examples.py",
     "test_s3.py",
-    "test_bench.py",
+    "test_retention.py",
+    "test_operations.py",
     "test_buffers.py",
-    "test_kill.py",
     "test_properties.py",
-    "test_upgrade.py",
-    "test_cluster.py",
     "test_soak.py",
+    "test_kill.py",
+    "test_bench.py",
     "test_catalog.py",
-    "test_intervals.py",
+    "test_cluster.py",
+    "test_upgrade.py",
+    "test_validation.py",
+    "test_airflow_plugin.py",
+    "test_concurrency.py",
 )
 
 
