@@ -138,7 +138,7 @@ class Effect:
     counters: dict[str, Column]  # aggregate expressions over ``counted`` for metrics
     open_windows: DataFrame  # windows (or keys) held in state after the batch
     limited: Limited | None = None  # until_time_limit: what the suppression buffer did (``ratelimit``)
-    opened: DataFrame | None = None  # the windows the batch added to state (time windows, sessions)
+    opened: DataFrame | None = None  # the windows (or keys) the batch added to state (all but sliding windows)
     replaced: DataFrame | None = None  # sessions: the stored windows a merge or an extension took out of state
     updates: DataFrame | None = None  # when ``wants_updates``: each update (the shape below)
 
