@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 os.environ["SPARK_CONF_DIR"] = os.path.join(os.path.dirname(__file__), "spark-conf")
 
 
-# The files that take longest, slowest first (a full run's --durations, summed per file): two
+# The files that take longest, slowest first (full runs' --durations, summed per file): two
 # workers take whole files (--dist loadfile, --no-loadscope-reorder) in this order, so a long
 # file started last would run alone at the end.
 SLOWEST_FIRST = (  # worker seconds per file, two full runs: bench/README.md#the-suite-on-2026-11-29

@@ -10,6 +10,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from framework import BufferConfig, Pipeline, Runtime, Suppressed, TimeWindows, agg
+from framework.definition.names import quoted
 from framework.operations.settings import LOCAL_FOLD_RECORDS
 
 AGGREGATES = (
@@ -60,7 +61,7 @@ def rows_of(frames):
     tagged = [
         df.select(
             F.lit(name).alias("_frame"),
-            F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]), {"ignoreNullFields": "false"}).alias("_row"),
+            F.to_json(F.struct(*[F.col(quoted(c)) for c in df.columns]), {"ignoreNullFields": "false"}).alias("_row"),
         )
         for name, df in frames.items()
     ]

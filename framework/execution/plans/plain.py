@@ -19,7 +19,8 @@ def plan(b: Batch) -> Effect:
         .withColumn(CLOSE, F.lit(NEVER))
         .withColumn(BUCKET, F.lit(NEVER // b.bucket_ms))
     )
-    touched = b.keep_stored(b.stored(batch_partials).join(batch_partials.select(*keys), keys, "left_semi"))
+    stored = b.stored(batch_partials)
+    touched = b.keep_stored(stored.join(batch_partials.select(*keys), keys, "left_semi"))  # read once
     merged = (
         touched.unionByName(batch_partials)
         .groupBy(*keys, CLOSE, BUCKET)
@@ -29,7 +30,7 @@ def plan(b: Batch) -> Effect:
     changes = merged.withColumn(GONE, F.lit(False))
     counted = b.records.withColumn("_one", F.lit(1))
     counters = {"late_record_drop_total": F.lit(0).cast("long"), "late_records": F.lit(0).cast("long"), **lateness()}
-    still_open = b.stored(batch_partials).select(*keys).unionByName(batch_partials.select(*keys)).distinct()
+    still_open = stored.select(*keys).unionByName(batch_partials.select(*keys)).distinct()
     return Effect(
         state_changes=changes,
         state_rewrite=None,
