@@ -11,32 +11,42 @@ sys.path.insert(0, os.path.dirname(__file__))
 os.environ["SPARK_CONF_DIR"] = os.path.join(os.path.dirname(__file__), "spark-conf")
 
 
-# The files that take longest, slowest first (full runs' --durations, summed per file): two
-# workers take whole files (--dist loadfile, --no-loadscope-reorder) in this order, so a long
-# file started last would run alone at the end.
-SLOWEST_FIRST = (  # worker seconds per file, two full runs: bench/README.md#the-suite-on-2026-11-29
-    "test_replay.py",
+# Every file, slowest first (worker seconds per file, two full runs' junit times averaged): two
+# workers take whole files (--dist loadfile, --no-loadscope-reorder) in this order, so the last
+# files to start are the shortest and neither worker runs alone for long at the end. Before every
+# file was listed, the unlisted ones ran last in name order, and one worker ran alone for the
+# last 100 s (bench/README.md#the-suite-on-2026-12-02).
+SLOWEST_FIRST = (
     "test_connect.py",
     "test_airflow.py",
+    "test_replay.py",
     "test_exactly_once.py",
-    "test_rate_limit.py",
     "test_airflow_scheduler.py",
-    "test_rate_limit_properties.py",
+    "test_rate_limit.py",
     "test_examples.py",
+    "test_rate_limit_properties.py",
     "test_s3.py",
+    "test_catalog.py",
     "test_retention.py",
     "test_operations.py",
-    "test_buffers.py",
-    "test_properties.py",
-    "test_soak.py",
     "test_kill.py",
     "test_bench.py",
-    "test_catalog.py",
     "test_cluster.py",
-    "test_upgrade.py",
+    "test_soak.py",
     "test_validation.py",
+    "test_buffers.py",
+    "test_upgrade.py",
+    "test_properties.py",
     "test_airflow_plugin.py",
     "test_concurrency.py",
+    "test_cli.py",
+    "test_bad_input.py",
+    "test_packaging.py",
+    "test_intervals.py",
+    "test_status_page.py",
+    "test_quality.py",
+    "test_downstream.py",
+    "test_data_docs.py",
 )
 
 

@@ -1,11 +1,13 @@
-"""kill -9 mid-batch: a separate Python process owns the SparkSession and runs the batches; it is
-killed with SIGKILL (its JVM goes with it) at chosen write points of batch b1, or at a random
-moment of b1 with the whole process group. Re-running b1 and b2 then leaves every table (results,
-state, ledger, metrics, late records) exactly as a clean run leaves it: no final row duplicated,
-none missing."""
+"""kill -9 mid-batch: a separate Python process owns the SparkSession and runs batch b1 on a copy
+of a warehouse that committed b0 (a Delta table copied with its log is the same table); it is
+killed with SIGKILL (its JVM goes with it) at chosen write points of b1, or at a random moment of
+b1 with the whole process group. Re-running b1 and b2 then leaves every table (results, state,
+ledger, metrics, late records) exactly as a clean run leaves it: no final row duplicated, none
+missing."""
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,18 +28,16 @@ from framework import Runtime, spark_session
 from test_exactly_once import pipeline, run
 
 warehouse, point = sys.argv[1], sys.argv[2]
-batch = 0
 
 def hook(at):
-    if batch == 1 and at == point:
+    if at == point:
         print("KILL", at, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
 
 spark = spark_session("killed", master="local[1]")
 rt = Runtime(spark, warehouse, quality=False, before_write=hook)
-for batch in range(2):
-    print("START", batch, flush=True)
-    run(rt, pipeline("killed"), batch)
+print("START", 1, flush=True)
+run(rt, pipeline("killed"), 1)
 print("DONE", flush=True)
 """
 DETERMINISTIC = ("buffer", "output", "commit_point", "publish")  # writes, staging, commit, publication
@@ -45,7 +45,8 @@ RANDOM_KILLS = 1
 
 
 def _killed_run(warehouse: str, point: str, delay: float | None) -> str:
-    """Run b0 and b1 in a child process, SIGKILLed at ``point`` of b1 or ``delay`` seconds into b1."""
+    """Run b1 in a child process on ``warehouse`` (b0 committed), SIGKILLed at ``point`` of b1 or
+    ``delay`` seconds into it."""
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD.format(tests=str(TESTS)), warehouse, point],
         stdout=subprocess.PIPE,
@@ -76,15 +77,17 @@ def test_kill_9_during_a_batch_then_rerun_equals_a_clean_run(spark, warehouse):
     rng = random.Random(20261122)
     kills = [(point, None) for point in DETERMINISTIC] + [("never", rng.uniform(1.0, 8.0)) for _ in range(RANDOM_KILLS)]
 
+    run(Runtime(spark, f"{warehouse}/b0", quality=False), pipeline("killed"), 0)
+
     def clean():
-        rt = Runtime(spark.newSession(), f"{warehouse}/clean", quality=False)
-        for i in range(3):
+        rt = Runtime(spark.newSession(), shutil.copytree(f"{warehouse}/b0", f"{warehouse}/clean"), quality=False)
+        for i in (1, 2):
             run(rt, pipeline("killed"), i)
         return snapshot(rt, pipeline("killed"))
 
     def killed(index):
         point, delay = kills[index]
-        lake = f"{warehouse}/kill{index}"
+        lake = shutil.copytree(f"{warehouse}/b0", f"{warehouse}/kill{index}")
         last = _killed_run(lake, point, delay)
         rt = Runtime(spark.newSession(), lake, quality=False)
         run(rt, pipeline("killed"), 1)

@@ -123,6 +123,7 @@ def spark_session(
         found = [classic.started_conf(spark, key) for key in ("spark.jars", "spark.repl.local.jars")]
         jars.record(packages, ",".join(j for j in found if j), given)
     classic.quiet(spark, os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
+    classic.remember_classes(spark)
     if metastore:  # Derby's log goes beside its database, not into the working folder
         derby_log = os.path.join(os.path.abspath(metastore), "derby.log")
         classic.set_system_property(spark, "derby.stream.error.file", derby_log)
