@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import functools
-import os
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta as td
-from pathlib import Path
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -135,15 +133,3 @@ def distributed(spark):
     session = spark.newSession()
     session.conf.set(LOCAL_FOLD_RECORDS, "0")
     return session
-
-
-def long_lived_jvm_options() -> str:
-    """spark-defaults.conf's driver options without its stop at the quick JIT tier.
-
-    The quick tier (C1) suits the short JVMs (a spark-submit, an Airflow task: one batch each).
-    A worker's own JVM runs for half an hour (test_connect's server for minutes), and there the
-    optimising tier (C2) pays back within minutes: twelve tiny batches of four window types,
-    alone, 58 s a round against 88-107 s (JVM CPU 63 s against 87-104 s; bench/README.md#test-jvm)."""
-    conf = Path(os.environ["SPARK_CONF_DIR"]) / "spark-defaults.conf"
-    line = next(x for x in conf.read_text().splitlines() if x.startswith("spark.driver.defaultJavaOptions"))
-    return " ".join(o for o in line.split()[1:] if not o.startswith("-XX:TieredStopAtLevel"))

@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 import pytest
-from harness import frame, long_lived_jvm_options, results, run_stream, unsunk
+from harness import frame, results, run_stream, unsunk
 from test_concurrency import race
 
 from framework import Runtime
@@ -273,10 +273,7 @@ def _client(server, script, *args):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """The module's server: it serves every thin client here for minutes, so its JVM compiles
-    with the optimising JIT tier, as a pytest worker's does (``long_lived_jvm_options``)."""
-    options = {"spark.driver.defaultJavaOptions": long_lived_jvm_options()}
-    with connect_server(tmp_path_factory.mktemp("connect") / "server.log", conf=options) as running:
+    with connect_server(tmp_path_factory.mktemp("connect") / "server.log") as running:
         yield running
 
 

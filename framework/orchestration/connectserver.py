@@ -50,12 +50,9 @@ def _listening(port: int) -> bool:
 
 
 @contextmanager
-def connect_server(
-    log: Path, master: str = "local[1]", shuffle_partitions: int = 2, conf: dict[str, str] | None = None
-) -> Iterator[ConnectServer]:
+def connect_server(log: Path, master: str = "local[1]", shuffle_partitions: int = 2) -> Iterator[ConnectServer]:
     """A Connect server with Delta on a free loopback port, its output in ``log``; by default one
-    task thread and two shuffle partitions, as the tests' own sessions. ``conf``: more settings
-    for its ``spark-submit`` (its JVM's options, say)."""
+    task thread and two shuffle partitions, as the tests' own sessions."""
     port = _free_port()
     packages, files = jars.for_submit(jars.DELTA_PACKAGE)
     settings = {
@@ -67,7 +64,6 @@ def connect_server(
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(port),
         "spark.ui.enabled": "false",
-        **(conf or {}),
     }
     command = [str(SPARK_SUBMIT), "--class", SERVER_CLASS, "--master", master, "--name", "finalresults-connect"]
     command += ["--jars", files] if files else ["--packages", str(packages)]
