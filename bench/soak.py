@@ -10,7 +10,11 @@ Faults (one per step, drawn by ``--seed``):
 * ``crash``: an in-process attempt raises at a random write point (``Runtime(before_write=...)``);
   re-run.
 * ``stop``: the child's attempt is frozen (SIGSTOP of its process group) at a write point, a retry
-  runs the batch here, then the child is resumed (SIGCONT) and finishes or is fenced out.
+  runs the batch here, then the child is resumed (SIGCONT) and finishes or is fenced out. Frozen
+  at ``output`` while its other thread was inside the buffer's commit (``stop inside a commit``),
+  the child holds that table's commit lock: the retry waits ``LOCK_WAIT_S`` for it and stops
+  with ``ConcurrentBatchError``; resumed, the child commits, and a re-run here finds the batch
+  committed.
 * ``zombie``: the same with the first attempt paused in a thread of this process.
 * ``maintenance``: after a kill or a crash, before the re-run: a table property, OPTIMIZE and
   VACUUM (within retention) on every table of the pipeline.
@@ -71,6 +75,7 @@ from framework import (  # noqa: E402
 )
 from framework.operations.attempt import WRITE_POINTS  # noqa: E402
 from framework.operations.replay import ReplayBatch  # noqa: E402
+from framework.storage import locks  # noqa: E402
 
 WINDOWS = {
     "hopping": lambda: pipeline("soak_hopping", TimeWindows.of_size_and_grace(10, 2).advance_by(5)),
@@ -85,6 +90,7 @@ WIDTH = 40  # ms of event time per batch interval
 POISON = 10**6  # a value the gate refuses (the suite caps ``total`` at POISON // 10)
 EPOCH = dt.datetime(1970, 1, 1)
 ACCEPTED = (ConcurrentBatchError,)  # how a fenced-out attempt ends
+LOCK_WAIT_S = 120.0  # a commit waits this long for a table's lock here (600 s by default): see ``stop``
 
 
 def at(ms: int) -> dt.datetime:
@@ -342,13 +348,24 @@ class Soak:
         first = self.worker.line()
         if first.startswith("AT"):
             self.worker.signal(signal.SIGSTOP)
-            self.faults["stop"] += 1
-            retry = run(self.rt, stream, k).status
+            try:
+                retry = run(self.rt, stream, k).status
+            except ConcurrentBatchError as e:  # the child froze inside a commit: it holds the table's lock
+                if "commit lock" not in str(e):
+                    raise
+                retry = "waited for the lock"
             self.worker.signal(signal.SIGCONT)
             self.worker.child.stdin.write("go\n")
             self.worker.child.stdin.flush()
             first = self.worker.line()
-            self.expect_fenced(first, retry, point)
+            if retry == "waited for the lock":
+                self.faults["stop inside a commit"] += 1
+                again = run(self.rt, stream, k).status
+                if first != "RESULT committed" or again != "already committed":
+                    self.mismatches.append(f"frozen inside a commit at {point}: child {first!r}, re-run {again!r}")
+            else:
+                self.faults["stop"] += 1
+                self.expect_fenced(first, retry, point)
         elif first.startswith("ERROR"):  # no pause, no retry: the batch failed with no fault of ours
             trace = self.worker.log.read_text()[-2000:]  # the scratch folder goes when the soak ends
             self.mismatches.append(f"an unpaused batch failed in the child: {first}; its log ends:\n{trace}")
@@ -520,7 +537,8 @@ def soak(
     spark, warehouse: str, clean: str, seed: int, faults: int, minutes: float, windows, kinds, scratch: Path, env=None
 ) -> dict:
     """Run the soak; its summary (``passed``: every step's tables equal the clean run's)."""
-    start = time.monotonic()
+    start, lock_wait = time.monotonic(), locks.LOCK_WAIT_S
+    locks.LOCK_WAIT_S = LOCK_WAIT_S
     s = Soak(spark, warehouse, seed, kinds, windows, clean, scratch, env)
     if any(k in kinds for k in ("kill", "stop")):
         s.worker.start()  # its JVM starts while the first steps run
@@ -530,6 +548,7 @@ def soak(
         s.mismatches.append(f"step {s.steps}: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
     finally:
         s.close()
+        locks.LOCK_WAIT_S = lock_wait
     return s.summary(seed, time.monotonic() - start)
 
 

@@ -51,6 +51,15 @@ class ConcurrentBatchError(FrameworkError):
     """Another runner committed to the same pipeline at the same time; this attempt wrote nothing."""
 
 
+class CommitLockTimeout(FrameworkError, TimeoutError):
+    """On a local warehouse, a commit waited ``locks.LOCK_WAIT_S`` for a table's commit lock and
+    was not made. Another writer held the lock all that time: a commit still running, or one whose
+    process or thread is frozen inside it (a stopped process, a paused VM), which holds the lock
+    until it is resumed or killed; the lock cannot be taken from it, since, resumed, it would
+    finish its commit. A batch attempt reports it as ``ConcurrentBatchError`` (before its commit
+    point) or ``PublicationError`` (after)."""
+
+
 class PublicationError(FrameworkError):
     """A batch committed (its commit point landed) but publishing its rows did not finish: they
     stay staged, and the next run of any batch of the pipeline publishes them, once."""

@@ -13,14 +13,17 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 import reference as ref
 from harness import expected, frame, results
 from test_exactly_once import pipeline, snapshot
+from test_exactly_once import run as run_index
 
-from framework import Runtime
+from framework import ConcurrentBatchError, PublicationError, Runtime
+from framework.storage import locks
 
 TESTS = Path(__file__).resolve().parent
 RACED = ("raced", [("A", 1, 1), ("B", 2, 2), ("A", 12, 3)])
@@ -118,3 +121,70 @@ def race(spark, lake: str, clean_lake: str, gate: Path, env: dict[str, str] | No
         assert results(shared, pipeline(name)) == expected(ref.run(ref.Tumbling(10, 2), [batch]), ["b0"]), name
     for name in (RACED[0], *(n for n, _ in OWN.values())):  # the loser of the race committed nothing
         assert [r.status for r in shared.read_ledger(pipeline(name)).collect()] == ["committed"], name
+
+
+HOLD = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_writer_frozen_inside_its_commit_stops_a_retry_with_an_error_naming_it(spark, warehouse, monkeypatch):
+    """A writer frozen inside a commit (a stopped process, a paused VM) holds that table's commit
+    lock until it is resumed or killed, and the lock cannot be taken from it. The chaos soak met
+    it: a child frozen at one write point while its other thread was inside the buffer's commit;
+    the retry beside it waited, then failed with a bare TimeoutError naming no pipeline or batch.
+    Here another process holds the state table's lock (before the commit point: nothing of b1
+    committed), then a thread of this process holds the results table's (after it: b1 committed,
+    its rows staged; a thread's wait had no limit at all). Each wait ends in an error naming the
+    pipeline, the batch, the write point and the holder; the re-runs leave a clean run's tables."""
+    monkeypatch.setattr(locks, "LOCK_WAIT_S", 3.0)
+    p = pipeline("frozen")
+    rt = Runtime(spark, f"{warehouse}/w", quality=False)
+    run_index(rt, p, 0)
+    t = rt.tables(p)
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, f"{t.state}.lock"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(ConcurrentBatchError) as refused:
+            run_index(rt, p, 1)
+    finally:
+        holder.communicate("go\n", timeout=60)
+    message = str(refused.value)
+    for part in ("'frozen'", "'b1'", "'commit_point'", f"{t.state}.lock", "another process", "before its commit point"):
+        assert part in message, part
+    assert [r.seq for r in rt.read_ledger(p).filter("status = 'committed'").collect()] == [1]
+
+    release = threading.Event()
+    held = threading.Event()
+
+    def hold_results():
+        with locks.committing(t.output):
+            held.set()
+            release.wait(120)  # the old code waited here until released, then published
+
+    thread = threading.Thread(target=hold_results)
+    thread.start()
+    try:
+        assert held.wait(60)
+        with pytest.raises(PublicationError) as unpublished:
+            run_index(rt, p, 1)
+    finally:
+        release.set()
+        thread.join()
+    message = str(unpublished.value)
+    for part in ("'frozen'", "'b1'", "'publish'", f"{t.output}.lock", "another thread", "IS committed"):
+        assert part in message, part
+
+    assert run_index(rt, p, 1).status == "already committed"  # and publishes the staged rows
+    assert run_index(rt, p, 2).status == "committed"
+    clean = Runtime(spark.newSession(), f"{warehouse}/clean", quality=False)
+    for i in range(3):
+        run_index(clean, p, i)
+    assert snapshot(rt, p) == snapshot(clean, p)

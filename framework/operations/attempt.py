@@ -30,6 +30,7 @@ from ..definition.pipeline import Pipeline
 from ..errors import (
     BatchFailedError,
     BatchOrderError,
+    CommitLockTimeout,
     ConcurrentBatchError,
     DefinitionError,
     FingerprintMismatchError,
@@ -367,11 +368,19 @@ class BatchAttempt:
         )
 
     def _write_point(self, point: str, action: Callable[[], object]) -> object:
-        """Write at ``point`` (``WRITE_POINTS``); losing a race to another writer stops the attempt."""
+        """Write at ``point`` (``WRITE_POINTS``); losing a race to another writer, or waiting too
+        long for a table's commit lock (``CommitLockTimeout``), stops the attempt."""
         self.steps.step = f"writing {point!r}"
         self.s.before_write(point)
         try:
             return action()
+        except CommitLockTimeout as e:
+            if self.committed:
+                raise self._unpublished(f"waiting to write {point!r}: {e}") from e
+            raise ConcurrentBatchError(
+                f"{self.steps.where}: waiting to write {point!r}: {e}; this attempt stopped before its commit "
+                "point. Re-run the batch once that writer has ended: it runs again or reports 'already committed'."
+            ) from e
         except Exception as e:
             if not writes.lost_race(e):
                 raise

@@ -22,32 +22,35 @@ from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
 
-from ..errors import FrameworkError
+from ..errors import CommitLockTimeout, FrameworkError
 from . import classic
 
-LOCK_WAIT_S = 600.0  # how long a commit waits for another process's commit to the same table
+LOCK_WAIT_S = 600.0  # how long a commit waits for another writer's commit to the same table
 
 
 class _FileLock:
     """An exclusive lock on one file, across processes (``flock``) and threads, re-entrant
-    within a thread."""
+    within a thread. A wait for it, by a thread of this process or another process, ends after
+    ``LOCK_WAIT_S`` with ``CommitLockTimeout``."""
 
     def __init__(self, path: str):
         self.path, self.guard, self.depth, self.fd = path, threading.RLock(), 0, -1
 
     def __enter__(self) -> None:
-        self.guard.acquire()
+        deadline = time.monotonic() + LOCK_WAIT_S
+        if not self.guard.acquire(timeout=LOCK_WAIT_S):
+            raise self._timed_out("another thread of this process")
         try:
             if self.depth == 0:
-                self.fd = self._flock()
+                self.fd = self._flock(deadline)
         except BaseException:
             self.guard.release()
             raise
         self.depth += 1
 
-    def _flock(self) -> int:
+    def _flock(self, deadline: float) -> int:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        fd, deadline = os.open(self.path, os.O_CREAT | os.O_RDWR), time.monotonic() + LOCK_WAIT_S
+        fd = os.open(self.path, os.O_CREAT | os.O_RDWR)
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -55,10 +58,15 @@ class _FileLock:
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     os.close(fd)
-                    raise TimeoutError(
-                        f"another process has held the commit lock {self.path} for over {LOCK_WAIT_S:.0f} s"
-                    ) from None
+                    raise self._timed_out("another process") from None
                 time.sleep(0.02)
+
+    def _timed_out(self, holder: str) -> CommitLockTimeout:
+        return CommitLockTimeout(
+            f"{holder} has held the commit lock {self.path} for over {LOCK_WAIT_S:.0f} s: its commit to the "
+            "table is still running, or it is frozen inside it (a stopped process, a paused VM), and holds the "
+            "lock until it is resumed or killed. The commit waiting for it was not made"
+        )
 
     def __exit__(self, *exc) -> None:
         self.depth -= 1
