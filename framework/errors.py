@@ -48,7 +48,8 @@ class FingerprintMismatchError(FrameworkError):
 
 
 class ConcurrentBatchError(FrameworkError):
-    """Another runner committed to the same pipeline at the same time; this attempt wrote nothing."""
+    """Another runner committed to the same pipeline at the same time, or held a table's commit
+    lock too long (``CommitLockTimeout``); this attempt committed nothing."""
 
 
 class CommitLockTimeout(FrameworkError, TimeoutError):

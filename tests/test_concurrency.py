@@ -157,7 +157,7 @@ def test_a_writer_frozen_inside_its_commit_stops_a_retry_with_an_error_naming_it
     finally:
         holder.communicate("go\n", timeout=60)
     message = str(refused.value)
-    for part in ("'frozen'", "'b1'", "'commit_point'", f"{t.state}.lock", "another process", "before its commit point"):
+    for part in ("'frozen'", "'b1'", "'commit_point'", f"{t.state}.lock", "another process", "is not committed"):
         assert part in message, part
     assert [r.seq for r in rt.read_ledger(p).filter("status = 'committed'").collect()] == [1]
 

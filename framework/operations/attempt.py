@@ -129,13 +129,26 @@ class BatchAttempt:
         batch_start: dt.datetime | None = None,
         allow_gap: bool = False,
     ) -> BatchResult:
-        """Run the protocol; a Spark error becomes a ``BatchFailedError`` naming its step.
-        ``batch_start`` (with ``batch_end``: a job's data interval) is recorded, and refused
-        unless it is where the last committed batch's interval ended, or ``allow_gap``."""
+        """Run the protocol; a Spark error becomes a ``BatchFailedError`` naming its step, a wait
+        for a table's commit lock that timed out a ``ConcurrentBatchError`` (or, once committed, a
+        ``PublicationError``). ``batch_start`` (with ``batch_end``: a job's data interval) is
+        recorded, and refused unless it is where the last committed batch's interval ended, or
+        ``allow_gap``."""
         self.interval = (batch_start, batch_end) if batch_start is not None else None
         self.allow_gap = allow_gap
         try:
             return self._run(input_df, batch_end)
+        except CommitLockTimeout as e:  # another writer is inside its commit, or frozen there
+            where, step = self.steps.where, self.steps.step
+            if self.committed:
+                raise self._unpublished(f"waited while {step}: {e}") from e
+            staged = step.startswith("publishing")  # the last committed batch, before this one ran
+            raise ConcurrentBatchError(
+                f"{where}: waited while {step}: {e}. "
+                + ("The committed batch's rows stay staged. " if staged else "")
+                + "This batch is not committed; re-run it once that writer has ended: it runs again or "
+                "reports 'already committed'."
+            ) from e
         except (classic.JavaError, PySparkException) as e:
             where, step = self.steps.where, self.steps.step
             if self.committed:
@@ -368,19 +381,11 @@ class BatchAttempt:
         )
 
     def _write_point(self, point: str, action: Callable[[], object]) -> object:
-        """Write at ``point`` (``WRITE_POINTS``); losing a race to another writer, or waiting too
-        long for a table's commit lock (``CommitLockTimeout``), stops the attempt."""
+        """Write at ``point`` (``WRITE_POINTS``); losing a race to another writer stops the attempt."""
         self.steps.step = f"writing {point!r}"
         self.s.before_write(point)
         try:
             return action()
-        except CommitLockTimeout as e:
-            if self.committed:
-                raise self._unpublished(f"waiting to write {point!r}: {e}") from e
-            raise ConcurrentBatchError(
-                f"{self.steps.where}: waiting to write {point!r}: {e}; this attempt stopped before its commit "
-                "point. Re-run the batch once that writer has ended: it runs again or reports 'already committed'."
-            ) from e
         except Exception as e:
             if not writes.lost_race(e):
                 raise

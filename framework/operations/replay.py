@@ -43,7 +43,7 @@ from pyspark.sql import functions as F
 
 from ..definition.columns import BUCKET, LEDGER_BUCKET, SEQ
 from ..definition.pipeline import Pipeline
-from ..errors import ConcurrentBatchError, ReplayError, first_line
+from ..errors import CommitLockTimeout, ConcurrentBatchError, ReplayError, first_line
 from ..storage import classic, files, ledger, state, tables, upgrade, writes
 from ..storage.ledger import LedgerRow, Status
 from .attempt import BatchAttempt, BatchResult
@@ -167,6 +167,11 @@ def _run_all(
 
 def _failure(where: str, e: BaseException) -> Exception | None:
     """What a failed replay raises for ``e`` (None: ``e`` itself)."""
+    if isinstance(e, CommitLockTimeout) or isinstance(e.__cause__, CommitLockTimeout):
+        return ConcurrentBatchError(
+            f"{where}: waited for another writer: {e.__cause__ if isinstance(e.__cause__, CommitLockTimeout) else e}. "
+            "This replay published nothing; run it again once that writer has ended."
+        )
     if isinstance(e, ConcurrentBatchError):  # fenced out, in a replayed batch or at the end
         return ConcurrentBatchError(
             f"{where}: another batch or replay committed while this replay ran; this "

@@ -17,7 +17,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from ..definition.pipeline import Pipeline
-from ..errors import FrameworkError, first_line
+from ..errors import CommitLockTimeout, FrameworkError, first_line
 from ..storage import bookkeeping, classic, compaction, ledger, locks, tables
 from ..storage import catalog as tables_catalog
 from .attempt import BatchAttempt, BatchResult, result_of
@@ -188,7 +188,7 @@ class Runtime:
         committed whatever happens here."""
         try:
             compaction.compact(self.spark, compaction.due(self.tables(p), seq))
-        except (classic.JavaError, PySparkException) as e:
+        except (classic.JavaError, PySparkException, CommitLockTimeout) as e:
             log.warning(
                 "pipeline %r, batch %r: compacting the bookkeeping tables failed (the batch is committed; a later "
                 "batch compacts them): %s",

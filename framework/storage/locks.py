@@ -65,7 +65,7 @@ class _FileLock:
         return CommitLockTimeout(
             f"{holder} has held the commit lock {self.path} for over {LOCK_WAIT_S:.0f} s: its commit to the "
             "table is still running, or it is frozen inside it (a stopped process, a paused VM), and holds the "
-            "lock until it is resumed or killed. The commit waiting for it was not made"
+            "lock until it is resumed or killed. The write waiting for it was not made"
         )
 
     def __exit__(self, *exc) -> None:
