@@ -179,7 +179,7 @@ def test_a_writer_frozen_inside_its_commit_stops_a_retry_with_an_error_naming_it
         release.set()
         thread.join()
     message = str(unpublished.value)
-    for part in ("'frozen'", "'b1'", "'publish'", f"{t.output}.lock", "another thread", "IS committed"):
+    for part in ("'frozen'", "'b1'", "publishing results", f"{t.output}.lock", "another thread", "IS committed"):
         assert part in message, part
 
     assert run_index(rt, p, 1).status == "already committed"  # and publishes the staged rows
