@@ -167,10 +167,11 @@ def _run_all(
 
 def _failure(where: str, e: BaseException) -> Exception | None:
     """What a failed replay raises for ``e`` (None: ``e`` itself)."""
-    if isinstance(e, CommitLockTimeout) or isinstance(e.__cause__, CommitLockTimeout):
+    waited = e if isinstance(e, CommitLockTimeout) else e.__cause__  # raised here, or by a replayed batch
+    if isinstance(waited, CommitLockTimeout):
         return ConcurrentBatchError(
-            f"{where}: waited for another writer: {e.__cause__ if isinstance(e.__cause__, CommitLockTimeout) else e}. "
-            "This replay published nothing; run it again once that writer has ended."
+            f"{where}: waited for another writer: {waited}. This replay published nothing; run it again "
+            "once that writer has ended."
         )
     if isinstance(e, ConcurrentBatchError):  # fenced out, in a replayed batch or at the end
         return ConcurrentBatchError(
