@@ -54,23 +54,34 @@ class Window:
     values: list = field(default_factory=list)
 
 
-def run(windows, batches, lateness="record", still_open=None):
+def run(windows, batches, lateness="record", still_open=None, counted=None):
     """Final results of ``batches`` under ``windows``: list of dicts, in emission order; the
-    number of windows open after each batch is appended to ``still_open`` if given."""
+    number of windows open after each batch is appended to ``still_open`` if given, and its
+    lateness counters to ``counted``: the largest lateness (stream time before a record minus
+    its event time, or 0) and, for time windows, the windows records were too late for and the
+    records too late for all of theirs."""
     st = None
     open_: dict = {}  # (key, start) -> Window, not yet emitted
     held: dict = {}  # sliding: key -> the windows Kafka's store holds (start -> [Window, latest event time])
     emitted, arrival = [], 0
     for index, batch in enumerate(batches):
         st_batch = st
+        counts = {"record_lateness_max": 0.0} | (
+            {"late_record_drop_total": 0, "late_records": 0} if isinstance(windows, Tumbling) else {}
+        )
         for key, ts, raw in batch:
             value, arrival = (arrival, raw), arrival + 1  # values carry their arrival position
             sb = st_batch if lateness == "batch" else st
             is_open = lambda s, e: sb is None or windows.close(s, e) > sb
+            counts["record_lateness_max"] = max(counts["record_lateness_max"], float(max(0, _t(sb) - ts)))
             if isinstance(windows, Tumbling):
-                for s, e in windows.windows_for(ts):
+                spans = list(windows.windows_for(ts))
+                for s, e in spans:
                     if is_open(s, e):
                         open_.setdefault((key, s), Window(key, s, e)).values.append(value)
+                dropped = sum(1 for s, e in spans if not is_open(s, e))
+                counts["late_record_drop_total"] += dropped
+                counts["late_records"] += dropped == len(spans)
             elif isinstance(windows, Session):
                 _session_record(windows, open_, key, ts, value, is_open)
             else:
@@ -92,6 +103,8 @@ def run(windows, batches, lateness="record", still_open=None):
             )
         if still_open is not None:
             still_open.append(len(open_))
+        if counted is not None:
+            counted.append(counts)
     return emitted
 
 

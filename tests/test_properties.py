@@ -4,7 +4,8 @@ For each generated stream the pipeline runs twice: as one batch, and split at on
 places (two or three batches; test_examples runs its KAFKA_SLIDING streams one record per
 batch). Each run must equal the reference model for its split, window bounds, values, emitting
 batch and stream time included, and so must the windows open after each batch (the
-``windows_open`` metric); and the final rows (key, window, aggregates) must be identical
+``windows_open`` metric) and each batch's lateness counters (``late_record_drop_total``,
+``late_records``, ``record_lateness_max``); and the final rows (key, window, aggregates) must be identical
 across the splits (batch-split invariance, docs/design.md#batch-split-invariance). The fixed
 streams of ``test_examples`` add the cases chosen by hand.
 """
@@ -61,18 +62,21 @@ def _check(spark, kind, data, lateness="record"):
         rt = Runtime(spark.newSession(), lake, quality=False)
         ran = run_stream(rt, p, splits[label])
         rows = results(rt, p) if tables.exists(rt.spark, rt.tables(p).output) else []
-        return label, (rows, [r.metrics["windows_open"] for r in ran])
+        return label, (rows, [r.metrics["windows_open"] for r in ran], [r.metrics for r in ran])
 
     got = dict(in_parallel([lambda label=label: run(label) for label in splits]))
     for label, batches in splits.items():
         still_open: list[int] = []
-        want = expected(ref.run(model(grace), batches, lateness, still_open))
-        assert got[label] == (want, still_open), f"{kind} split={label}"
+        counted: list[dict] = []
+        want = expected(ref.run(model(grace), batches, lateness, still_open, counted))
+        rows, opened, metrics = got[label]
+        assert (rows, opened) == (want, still_open), f"{kind} split={label}"
+        assert [{k: m[k] for k in c} for m, c in zip(metrics, counted)] == counted, f"{kind} split={label}"
     if lateness == "batch":  # judged per batch, results depend on the split
         return
     final = {
         label: [{k: v for k, v in r.items() if not k.startswith("emitted")} for r in rows]
-        for label, (rows, _) in got.items()
+        for label, (rows, _, _) in got.items()
     }
     assert final["one"] == final["random"]
 
@@ -94,3 +98,4 @@ test_hopping = _property("hopping")
 test_sliding = _property("sliding")
 test_session = _property("session")
 test_sliding_batch_lateness = _property("sliding", "batch")
+test_hopping_batch_lateness = _property("hopping", "batch")

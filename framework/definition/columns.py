@@ -16,8 +16,8 @@ Per record, while a batch is planned:
                     ``ARRIVAL_POS`` is its position field
 - ``POS``           a position in the batch taken out of ``ARRIVAL`` (rate limiting's updates)
 - ``STEP``          rate limiting: an update's place among its record's updates
-- ``STARTS``, ``OPEN_STARTS``    time windows: starts of the windows holding the record, and of
-                    those still open for it; ``N_STARTS``, ``N_OPEN_STARTS`` their sizes
+- ``IN_TIME``, ``NEWEST``   time windows, per record and window holding it: the window was still
+                    open when the record arrived; it is the record's newest window
 - ``TOUCH``         rate limiting: the row is an update of its entry (not only a part of its value)
 - ``UPDATED_AT``    an update's time, as Kafka stamps it (``execution.batch``: the updates' shape)
 
@@ -49,10 +49,8 @@ ARRIVAL = "_ord"
 ARRIVAL_POS = f"{ARRIVAL}.pos"
 POS = "_pos"
 STEP = "_step"
-STARTS = "_all"
-OPEN_STARTS = "_acc"
-N_STARTS = "_n_all"
-N_OPEN_STARTS = "_n_acc"
+IN_TIME = "_in_time"
+NEWEST = "_newest"
 TOUCH = "_touch"
 UPDATED_AT = "_ut"
 CLOSE = "_close"

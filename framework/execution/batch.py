@@ -238,19 +238,23 @@ def partial_updates(b: Batch, held: DataFrame, touched: DataFrame) -> DataFrame:
 
 
 # ---- a plan's counters --------------------------------------------------------------------------
-def lateness() -> dict[str, Column]:
-    """How late the batch's records were: average and largest stream time before minus event time."""
+def lateness(per_record: Column | None = None) -> dict[str, Column]:
+    """How late the batch's records were: average and largest stream time before minus event
+    time, over the rows ``per_record`` picks (one per record, where a record has several)."""
     late_by = F.when(F.col(STREAM_BEFORE) > F.col(TS), F.col(STREAM_BEFORE) - F.col(TS)).otherwise(0)
+    if per_record is not None:
+        late_by = F.when(per_record, late_by)  # avg and max skip the nulls of the rows left out
     return {"record_lateness_avg": F.avg(late_by).cast("double"), "record_lateness_max": F.max(late_by).cast("double")}
 
 
-def counters(dropped: Column, late: Column) -> dict[str, Column]:
-    """A windowed plan's counters over its per-record frame: the windows each record was too
-    late for (Kafka's drop metric counts each), the records too late for every window, lateness."""
+def counters(dropped: Column, late: Column, per_record: Column | None = None) -> dict[str, Column]:
+    """A windowed plan's counters over its per-record frame (or a row per record and window,
+    ``per_record`` picking one of a record's rows): the windows each record was too late for
+    (Kafka's drop metric counts each), the records too late for every window, lateness."""
     return {
         "late_record_drop_total": F.sum(dropped),
         "late_records": F.sum(F.when(late, 1).otherwise(0)),
-        **lateness(),
+        **lateness(per_record),
     }
 
 

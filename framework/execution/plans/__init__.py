@@ -4,8 +4,9 @@ plan per window type (``PLANS``, by ``WindowType.kind``) and one for a plain tab
 Pure DataFrame plans, no writes (``storage.state`` and ``storage.sinks`` write what an
 attempt, ``operations.attempt``, planned). Two strategies:
 
-- time windows (``time``) and plain tables (``plain``): records are assigned to windows with SQL
-  array functions, aggregated into partial columns and merged with the stored partials;
+- time windows (``time``) and plain tables (``plain``): a row per record and window holding it
+  (per record for a plain table), aggregated into partial columns and merged with the stored
+  partials;
 - session (``session``) and sliding (``sliding``) windows: a fold over each key's rows in arrival
   order (``execution.fold``) decides which sessions a record joins or merges, or which sliding
   windows it updates and creates (as Kafka Streams does, from the windows the key holds);

@@ -1,5 +1,5 @@
-"""The plan of tumbling and hopping windows (``TimeWindows``): records are assigned to windows
-with SQL array functions and aggregated into partials.
+"""The plan of tumbling and hopping windows (``TimeWindows``): a row per record and window
+holding it (``assign``), aggregated into partials.
 
 Windowed state is a log of partial rows (one per window and batch that touched it), merged when
 the window closes: a batch appends its partials and rewrites only the buckets that are due, so it
@@ -10,18 +10,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ...definition.columns import (
-    BUCKET,
-    CLOSE,
-    GONE,
-    MAX_TS,
-    N_OPEN_STARTS,
-    N_STARTS,
-    OPEN_STARTS,
-    STARTS,
-    STREAM_BEFORE,
-    TS,
-)
+from ...definition.columns import BUCKET, CLOSE, GONE, IN_TIME, MAX_TS, NEWEST, STREAM_BEFORE, TS
 from ...definition.pipeline import Pipeline
 from ...definition.windows import TimeWindows
 from ..batch import Batch, Effect, counters, finished, merges, partial_updates, partials, wants_updates
@@ -30,8 +19,8 @@ from ..batch import Batch, Effect, counters, finished, merges, partial_updates, 
 def plan(b: Batch, w: TimeWindows) -> Effect:
     p = b.pipeline
     ident = p.identity
-    assigned = assign(b.records, w)
-    held = assigned.withColumn("window_start", F.explode(OPEN_STARTS))  # a row per record and window
+    windowed = assign(b.records, w)
+    held = windowed.filter(IN_TIME)
     batch_partials = b.keep(
         held.groupBy(*ident)
         .agg(*partials(p), F.max(TS).alias(MAX_TS))
@@ -65,11 +54,11 @@ def plan(b: Batch, w: TimeWindows) -> Effect:
         state_changes=None,
         state_rewrite=(keep, f"{BUCKET} <= {due_bucket}"),
         results=results,
-        late=assigned.filter(F.col(N_OPEN_STARTS) == 0),
+        late=windowed.filter(F.col(NEWEST) & ~F.col(IN_TIME)).drop("window_start", IN_TIME, NEWEST),
         closed=closed,
         results_are_closed=p.suppressed_final,
-        counted=assigned,
-        counters=counters(F.col(N_STARTS) - F.col(N_OPEN_STARTS), F.col(N_OPEN_STARTS) == 0),
+        counted=windowed,
+        counters=counters(F.when(~F.col(IN_TIME), 1).otherwise(0), F.col(NEWEST) & ~F.col(IN_TIME), F.col(NEWEST)),
         open_windows=still_open,
         opened=_new_windows(near, stored, batch_partials.select(*ident)),
         updates=partial_updates(b, held.withColumn("window_end", F.col("window_start") + w.size_ms), touched)
@@ -101,19 +90,25 @@ def _new_windows(near: tuple[int, int] | None, stored: DataFrame, windows: DataF
 
 
 def assign(records: DataFrame, w: TimeWindows) -> DataFrame:
-    """Records with ``STARTS`` (starts of the windows holding them) and ``OPEN_STARTS`` (those
-    still open when the record arrived), and their sizes (``N_STARTS``, ``N_OPEN_STARTS``)."""
+    """A row per record and window holding it (``window_start``), with ``IN_TIME`` (the window
+    was still open when the record arrived) and ``NEWEST`` (the record's newest window: when it
+    is closed, all of them are, and the record is late).
+
+    A hopping record's windows come from a literal array of offsets, ``explode``d, and plain
+    arithmetic (as Spark's own ``window`` expands them), not from ``sequence`` and a lambda
+    ``filter``: lambdas run interpreted, row by row, and made this the costliest step of a
+    large batch (4.5 s of a million records, 1.7 s without)."""
     size, adv = w.size_ms, w.advance_ms
-    back = (size // adv) * adv
-    every = F.expr(
-        f"filter(sequence({TS} - pmod({TS}, {adv}) - {back}, {TS} - pmod({TS}, {adv}), {adv}), "
-        f"s -> s >= 0 AND s > {TS} - {size})"
-    )
+    base = F.col(TS) - F.pmod(F.col(TS), F.lit(adv))  # the newest window's start
+    windows = -(-size // adv)  # at most this many windows hold a record
+    rows = records.withColumn("window_start", base)
+    if windows > 1:  # each window's distance from the newest, then its start
+        rows = records.withColumn("window_start", F.explode(F.array(*[F.lit(k * adv) for k in range(windows)])))
+        rows = rows.withColumn("window_start", base - F.col("window_start"))
     return (
-        records.withColumn(STARTS, every)
-        .withColumn(OPEN_STARTS, F.expr(f"filter({STARTS}, s -> s + {w.close_offset_ms()} > {STREAM_BEFORE})"))
-        .withColumn(N_STARTS, F.size(STARTS))
-        .withColumn(N_OPEN_STARTS, F.size(OPEN_STARTS))
+        rows.filter((F.col("window_start") >= 0) & (F.col("window_start") > F.col(TS) - size))
+        .withColumn(IN_TIME, F.col("window_start") + w.close_offset_ms() > F.col(STREAM_BEFORE))
+        .withColumn(NEWEST, F.col("window_start") == base)
     )
 
 
