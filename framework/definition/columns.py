@@ -18,6 +18,9 @@ Per record, while a batch is planned:
 - ``STEP``          rate limiting: an update's place among its record's updates
 - ``IN_TIME``, ``NEWEST``   time windows, per record and window holding it: the window was still
                     open when the record arrived; it is the record's newest window
+- ``RECORD``        a late record as given, as JSON
+- ``RECORDS``       time windows, per row a batch's one pass keeps: the records whose newest window
+                    it is (a late record's row: how many such records the batch holds)
 - ``TOUCH``         rate limiting: the row is an update of its entry (not only a part of its value)
 - ``UPDATED_AT``    an update's time, as Kafka stamps it (``execution.batch``: the updates' shape)
 
@@ -51,6 +54,8 @@ POS = "_pos"
 STEP = "_step"
 IN_TIME = "_in_time"
 NEWEST = "_newest"
+RECORD = "_record"
+RECORDS = "_records"
 TOUCH = "_touch"
 UPDATED_AT = "_ut"
 CLOSE = "_close"

@@ -19,6 +19,7 @@ from ..definition.columns import (
     GONE,
     MAX_TS,
     POS,
+    RECORD,
     STEP,
     STREAM_AFTER,
     STREAM_BEFORE,
@@ -46,6 +47,8 @@ class Batch:
     buffer: DataFrame | None = None  # until_time_limit: the suppression buffer as of the last committed batch
     keep: Callable[[DataFrame], DataFrame] = lambda df: df  # checkpoints a frame read more than once (``Kept``)
     event_times: tuple[int, int] | None = None  # the first and last event time of the records (ms)
+    input_columns: tuple[str, ...] = ()  # the input's columns, as given: a late record is kept as their JSON
+    reduced: DataFrame | None = None  # the records as the batch's one pass kept them (``plans.reduce``)
 
     @property
     def time_before(self) -> int:
@@ -131,7 +134,7 @@ class Effect:
     state_changes: DataFrame | None  # window rows + ``GONE``, MERGEd into ``_state``: closed/gone rows deleted
     state_rewrite: tuple[DataFrame, str] | None  # or: rows written replacing the state matching a predicate
     results: DataFrame  # keys, window bounds (ms), finished aggregates, ``GONE``
-    late: DataFrame  # records that landed in no window
+    late: DataFrame  # records that landed in no window (``late_rows``)
     closed: DataFrame  # the windows that closed in this batch
     results_are_closed: bool = False  # each result row is a window that closed (final results of time windows)
     counted: DataFrame  # per-record frame the counters aggregate over
@@ -238,6 +241,17 @@ def partial_updates(b: Batch, held: DataFrame, touched: DataFrame) -> DataFrame:
 
 
 # ---- a plan's counters --------------------------------------------------------------------------
+def late_rows(b: Batch, records: DataFrame) -> DataFrame:
+    """Late ``records`` as a plan gives them (``Effect.late``): keys, ``TS``, ``STREAM_BEFORE``
+    and the record as given, as JSON (``RECORD``)."""
+    return records.select(*b.pipeline.keys, TS, STREAM_BEFORE, record_json(b.input_columns).alias(RECORD))
+
+
+def record_json(columns: tuple[str, ...]) -> Column:
+    """An input record as kept with the late records: its ``columns`` as JSON."""
+    return F.to_json(F.struct(*[F.col(c) for c in columns]))
+
+
 def lateness(per_record: Column | None = None) -> dict[str, Column]:
     """How late the batch's records were: average and largest stream time before minus event
     time, over the rows ``per_record`` picks (one per record, where a record has several)."""

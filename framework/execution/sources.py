@@ -46,6 +46,7 @@ class BatchInput:
     max_ts: int | None  # of the records processed
     fingerprint: str  # of the whole input
     schema_json: str
+    columns: tuple[str, ...] = ()  # of the input, as given
     min_ts: int | None = None  # of the records processed
     rejected: int = 0  # records that failed a per-record check (``bad_records="quarantine"``)
     rejected_rows: DataFrame | None = None  # those records: ``reason``, ``record`` (JSON)
@@ -141,62 +142,104 @@ def check_drift(p: Pipeline, batch_id: str, df: DataFrame, previous_schema: str 
             )
 
 
-def read_batch(p: Pipeline, batch_id: str, df: DataFrame, latest_ms: int | None = None) -> BatchInput:
-    """Validate ``df`` for pipeline ``p`` and add ``TS``; raises InputError on bad input
-    (``check_drift`` compares the types with earlier batches').
+@dataclass(frozen=True)
+class CheckedInput:
+    """A batch's input whose columns passed the checks, before any record is read: its records
+    with ``TS``, the per-record checks, and the summary one read of them computes (``summary``),
+    in a query of its own (``read``) or on the way of the plan's pass over the records that pass
+    the checks (not ``bad``), which calls ``validated`` with it before it uses its result."""
+
+    pipeline: Pipeline
+    batch_id: str
+    source: DataFrame  # the input as given
+    frame: DataFrame  # with ``TS``
+    checks: list[RecordCheck]
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The input's columns, as given."""
+        return tuple(self.source.columns)
+
+    @property
+    def bad(self) -> Column:
+        """Whether a record fails a check."""
+        bad = F.lit(False)
+        for check in self.checks:
+            bad = bad | check.fails
+        return bad
+
+    def summary(self) -> list[Column]:
+        """What validation needs of the whole input, in one aggregate: the count, each check's
+        failures, the records set aside, the event-time range and the fingerprint's hash."""
+        bad, df = self.bad, self.source
+        return [
+            F.count(F.lit(1)).alias("n"),
+            *[F.count_if(check.fails).alias(f"failed_{i}") for i, check in enumerate(self.checks)],
+            F.count_if(bad).alias("rejected"),
+            F.max(F.when(~bad, F.col(TS))).alias("max_ts"),
+            F.min(F.when(~bad, F.col(TS))).alias("min_ts"),
+            F.sum(
+                F.xxhash64(*[_hashable(F.col(c), df.schema[c].dataType) for c in sorted(df.columns)]).cast(
+                    "decimal(38,0)"
+                )
+            ).alias("h"),
+        ]
+
+    def read(self) -> BatchInput:
+        """Validate the records in a query of their own (``validated``).
+
+        Records failing a ``record_checks`` check refuse the batch (InputError), naming the first
+        few of them, unless the pipeline quarantines bad records (``bad_records="quarantine"``):
+        then they are left out of the batch and kept in ``BatchInput.rejected_rows``. Either way
+        the fingerprint covers the whole input, so a re-run with the same input finds the batch
+        committed."""
+        return self.validated(self.frame.agg(*self.summary()).collect()[0].asDict())
+
+    def validated(self, row: dict) -> BatchInput:
+        """The batch's input from ``summary``'s values; raises InputError for failing records
+        unless the pipeline quarantines them (``read``)."""
+        p, batch_id, frame, checks = self.pipeline, self.batch_id, self.frame, self.checks
+        failed = [(check, row[f"failed_{i}"]) for i, check in enumerate(checks) if row[f"failed_{i}"]]
+        if failed and p.bad_records == "refuse":
+            check, count = failed[0]
+            raise InputError(
+                f"{_where(p, batch_id)}: {count} record(s) {check.problem} (first by arrival order: "
+                f"{_examples(p, frame, check.fails)}). {check.advice} and re-run the batch, or define the "
+                "pipeline with bad_records='quarantine' to set such records aside and go on; nothing was committed."
+            )
+        rejected_rows = None
+        if failed:
+            reason = F.coalesce(*[F.when(check.fails, F.lit(check.reason)) for check in checks])
+            record = F.to_json(F.struct(*[F.col(c) for c in self.source.columns]), {"ignoreNullFields": "false"})
+            rejected_rows = frame.filter(self.bad).select(reason.alias("reason"), record.alias("record"))
+            frame = frame.filter(~self.bad)
+        fields = self.source.schema.fields
+        return BatchInput(
+            frame=frame,
+            count=row["n"],
+            max_ts=row["max_ts"],
+            min_ts=row["min_ts"],
+            fingerprint=f"{row['n']}:{row['h'] or 0}",
+            columns=self.columns,
+            schema_json=json.dumps({f.name: f.dataType.simpleString() for f in fields}, sort_keys=True),
+            rejected=row["rejected"],
+            rejected_rows=rejected_rows,
+        )
+
+
+def check_input(p: Pipeline, batch_id: str, df: DataFrame, latest_ms: int | None = None) -> CheckedInput:
+    """Check ``df``'s columns for pipeline ``p`` (InputError when one is missing, reserved or of
+    a wrong type, ``check_drift`` compares the types with earlier batches') and add ``TS``; no
+    record is read (``CheckedInput.read``).
 
     ``latest_ms`` is the latest plausible event time (the clock plus the allowed skew): one
-    record from the far future would advance stream time and close every open window.
-
-    Records failing a ``record_checks`` check refuse the batch, naming the first few of them,
-    unless the pipeline quarantines bad records (``bad_records="quarantine"``): then they are
-    left out of the batch and kept in ``BatchInput.rejected_rows``. Either way the fingerprint
-    covers the whole input, so a re-run with the same input finds the batch committed."""
+    record from the far future would advance stream time and close every open window."""
     _check_columns(p, batch_id, df)
     raw = F.col(p.timestamp)
     is_text = isinstance(df.schema[p.timestamp].dataType, T.StringType)
     parsed = F.try_to_timestamp(raw) if is_text else raw.cast("timestamp")
     frame = df.withColumn(TS, F.floor(F.unix_micros(parsed) / 1000).cast("long"))
-    checks = record_checks(p, latest_ms)
-    bad = F.lit(False)
-    for check in checks:
-        bad = bad | check.fails
-    columns = sorted(df.columns)
-    row = frame.agg(
-        F.count(F.lit(1)).alias("n"),
-        *[F.count_if(check.fails).alias(f"failed_{i}") for i, check in enumerate(checks)],
-        F.count_if(bad).alias("rejected"),
-        F.max(F.when(~bad, F.col(TS))).alias("max_ts"),
-        F.min(F.when(~bad, F.col(TS))).alias("min_ts"),
-        F.sum(F.xxhash64(*[_hashable(F.col(c), df.schema[c].dataType) for c in columns]).cast("decimal(38,0)")).alias(
-            "h"
-        ),
-    ).collect()[0]
-    failed = [(check, row[f"failed_{i}"]) for i, check in enumerate(checks) if row[f"failed_{i}"]]
-    if failed and p.bad_records == "refuse":
-        check, count = failed[0]
-        raise InputError(
-            f"{_where(p, batch_id)}: {count} record(s) {check.problem} (first by arrival order: "
-            f"{_examples(p, frame, check.fails)}). {check.advice} and re-run the batch, or define the "
-            "pipeline with bad_records='quarantine' to set such records aside and go on; nothing was committed."
-        )
-    rejected_rows = None
-    if failed:
-        reason = F.coalesce(*[F.when(check.fails, F.lit(check.reason)) for check in checks])
-        record = F.to_json(F.struct(*[F.col(c) for c in df.columns]), {"ignoreNullFields": "false"})
-        rejected_rows = frame.filter(bad).select(reason.alias("reason"), record.alias("record"))
-        frame = frame.filter(~bad)
-    schema_json = json.dumps({f.name: f.dataType.simpleString() for f in df.schema.fields}, sort_keys=True)
-    return BatchInput(
-        frame=frame,
-        count=row["n"],
-        max_ts=row["max_ts"],
-        min_ts=row["min_ts"],
-        fingerprint=f"{row['n']}:{row['h'] or 0}",
-        schema_json=schema_json,
-        rejected=row["rejected"],
-        rejected_rows=rejected_rows,
-    )
+    return CheckedInput(p, batch_id, df, frame, record_checks(p, latest_ms))
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..definition.columns import GONE, LATE_BUCKET, REJECTED_BUCKET, STREAM_BEFORE, TS
+from ..definition.columns import GONE, LATE_BUCKET, RECORD, REJECTED_BUCKET, STREAM_BEFORE, TS
 from ..definition.pipeline import Pipeline
 from ..errors import (
     BatchFailedError,
@@ -39,11 +39,11 @@ from ..errors import (
     SkippedIntervalError,
     first_line,
 )
-from ..execution.sources import BatchInput, check_drift, read_batch, rejected_records
+from ..execution.sources import BatchInput, CheckedInput, check_drift, check_input, rejected_records
 from ..execution.streamtime import to_datetime, to_epoch_millis
 from ..storage import classic, entries, files, ledger, metrics, sinks, state, tables, upgrade, writes
 from ..storage.ledger import LedgerRow, Status
-from .planning import Kept, Plan, batch_metrics, definition, plan
+from .planning import Kept, Plan, batch_metrics, definition, plan, read_in_one_pass, reads_in_one_pass
 from .publication import Manifest, finish, mark
 from .settings import Settings
 from .steps import Steps
@@ -166,25 +166,28 @@ class BatchAttempt:
     def _run(self, input_df: DataFrame, batch_end: dt.datetime | None) -> BatchResult:
         """The protocol's steps (see the module docstring), in order."""
         started_at = time.monotonic()
-        inp = self._read(input_df, batch_end)
+        checked, inp = self._read(input_df, batch_end)
         pending = self._finish_previous()
-        done = self._already_committed(inp)
+        done = self._already_committed(inp or checked)
         if done is not None:
             return done
         self._check(pending)
-        files.put_text(self.s.spark, f"{self.staging}/{ATTEMPTED}", self.batch_id)
         kept = Kept()
         try:
+            passed = None
+            if inp is None:  # validated in the plan's pass over the records, before anything is written
+                inp, passed = read_in_one_pass(self.steps, self.p, checked, self.last, kept)
+            files.put_text(self.s.spark, f"{self.staging}/{ATTEMPTED}", self.batch_id)
             self.steps.step = "reading state and planning"
             assert self.seen is not None  # read in step 1
             planned = plan(
-                self.s, self.steps, self.p, self.t, self.seq, inp, self.last, self.seen.version, batch_end, kept
+                self.s, self.steps, self.p, self.t, self.seq, inp, self.last, self.seen.version, batch_end, kept, passed
             )
             rows_out = sinks.shape(self.p, planned.effect.results, self.batch_id, planned.stream_time)
             audit = self._audit(planned, rows_out)
             written = self._write(planned, rows_out)
-            values = batch_metrics(self.p, planned, inp, started_at)
-            commit = self._commit(planned, inp, input_df, written, values)
+            values = batch_metrics(self.p, planned, started_at)
+            commit = self._commit(planned, input_df, written, values)
         finally:
             kept.release()
         metrics.report(self.p.name, self.batch_id, self.seq, values)
@@ -211,34 +214,35 @@ class BatchAttempt:
         )
 
     # ---- 1. the ledger, the input, the previous publication and the checks ----------------------
-    def _read(self, input_df: DataFrame, batch_end: dt.datetime | None) -> BatchInput:
-        """Read the ledger and validate the input at once; check the input's schema drift."""
-        (self.seen, self.rows), inp = self.steps.concurrently(
-            {
-                "reading the ledger": lambda: self.ledgers.read(self.t.state),
-                "validating the input": lambda: read_batch(
-                    self.p, self.batch_id, input_df, self.s.latest_ms(batch_end)
-                ),
-            }
-        )
+    def _read(self, input_df: DataFrame, batch_end: dt.datetime | None) -> tuple[CheckedInput, BatchInput | None]:
+        """Read the ledger and check the input's columns; validate its records at the same time,
+        unless the plan's pass over them will (``planning.reads_in_one_pass``: None); check the
+        input's schema drift."""
+        checked = check_input(self.p, self.batch_id, input_df, self.s.latest_ms(batch_end))
+        reading: dict[str, Callable[[], object]] = {"reading the ledger": lambda: self.ledgers.read(self.t.state)}
+        if not reads_in_one_pass(self.s, self.p):
+            reading["validating the input"] = checked.read
+        (self.seen, self.rows), *validated = self.steps.concurrently(reading)
         if self.seen == ledger.NO_LEDGER and upgrade.upgrade(self.s.spark, self.p.name, self.t):
             self.seen, self.rows = self.ledgers.read(self.t.state)
         committed = ledger.committed_rows(self.rows)
         self.last = committed[-1] if committed else None
         self.seq = self.last.seq + 1 if self.last else 1
         check_drift(self.p, self.batch_id, input_df, self.last.input_schema if self.last else None)
-        return inp
+        return checked, validated[0] if validated else None
 
     def _finish_previous(self) -> list[str]:
         """Publish the last committed batch if still staged; the staging folders of later attempts."""
         self.steps.step = "publishing the last committed batch"
         return finish(self.steps, self.p, self.t, self.last)
 
-    def _already_committed(self, inp: BatchInput) -> BatchResult | None:
+    def _already_committed(self, inp: BatchInput | CheckedInput) -> BatchResult | None:
         """A committed batch id: what it did (same input), or a loud error (other input)."""
         done = next((r for r in reversed(ledger.committed_rows(self.rows)) if r.batch_id == self.batch_id), None)
         if done is None:
             return None
+        if isinstance(inp, CheckedInput):  # not read yet
+            inp = inp.read()
         if done.fingerprint != inp.fingerprint:
             raise FingerprintMismatchError(
                 f"{self.steps.where}: already committed (seq {done.seq}) with different input "
@@ -369,7 +373,7 @@ class BatchAttempt:
             tasks[f"reading {t.output}"] = functools.partial(tables.prepare, spark, t.output)
         return dict(zip(writing, self.steps.concurrently(tasks)))
 
-    def _late_records(self, late: DataFrame, input_df: DataFrame) -> DataFrame:
+    def _late_records(self, late: DataFrame) -> DataFrame:
         """Late records as kept: keys, event time, the stream time that made them late, the record."""
         return late.select(
             *self.p.keys,
@@ -377,7 +381,7 @@ class BatchAttempt:
             F.timestamp_millis(STREAM_BEFORE).alias("stream_time_before"),
             F.lit(self.batch_id).alias("batch_id"),
             F.lit(self.seq).cast("long").alias("seq"),
-            F.to_json(F.struct(*[F.col(c) for c in input_df.columns])).alias("record"),
+            F.col(RECORD).alias("record"),
         )
 
     def _write_point(self, point: str, action: Callable[[], object]) -> object:
@@ -412,7 +416,6 @@ class BatchAttempt:
     def _commit(
         self,
         planned: Plan,
-        inp: BatchInput,
         input_df: DataFrame,
         written: dict[str, int | None],
         values: dict,
@@ -420,9 +423,10 @@ class BatchAttempt:
         """Mark what to publish, then commit the state change, the ledger row and the late
         records in one commit: the commit point."""
         staged = tuple(name for name in ("output",) if name in written)
+        inp = planned.input
         mark(self.s.spark, self.staging, Manifest(staged, self.schemas))
         assert self.seen is not None  # read in step 1
-        late = self._late_records(planned.effect.late, input_df) if planned.counts.get("late_records") else None
+        late = self._late_records(planned.effect.late) if planned.counts.get("late_records") else None
         last, sta = self.last, planned.stream_time
         commit = LedgerRow(
             seq=self.seq,

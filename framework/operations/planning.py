@@ -16,12 +16,12 @@ from dataclasses import dataclass, replace
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..definition.columns import BUCKET, TS
+from ..definition.columns import BUCKET, RECORDS, TS
 from ..definition.pipeline import Pipeline
 from ..errors import BufferFullError
 from ..execution import plans, ratelimit
 from ..execution.batch import Batch, Effect, collected_stats, holds_until_close, strict
-from ..execution.sources import BatchInput
+from ..execution.sources import BatchInput, CheckedInput
 from ..execution.streamtime import arrival_order, at_batch_start, to_datetime, to_epoch_millis, with_stream_time
 from ..storage import classic, sinks, state, tables, writes
 from ..storage.ledger import LedgerRow
@@ -36,6 +36,7 @@ class Plan:
     """A planned batch and its counts."""
 
     effect: Effect
+    input: BatchInput  # as validated (``read_in_one_pass`` may have validated it again)
     stream_time: int | None
     counts: dict  # the effect's counters
     closed: int  # windows closed
@@ -58,16 +59,65 @@ class Kept:
     def __init__(self):
         self.frames: list[DataFrame] = []
 
-    def __call__(self, df: DataFrame) -> DataFrame:
+    def __call__(self, df: DataFrame, now: bool = False) -> DataFrame:
+        """``df`` kept; computed ``now``, or by the first job that reads it."""
         if any(df is k for k in self.frames):  # kept already (a plan's frame its commit reads too)
             return df
-        kept = df.localCheckpoint(eager=False)
+        kept = df.localCheckpoint(eager=now)
         self.frames.append(kept)
         return kept
 
     def release(self) -> None:
         """Drops the checkpoints' blocks now, not when the JVM's garbage collector finds them."""
         classic.release(self.frames)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """What the batch's one pass over its records kept (``Batch.reduced``) and counted.
+
+    Spark runs a stage again when the output of a task that ran is lost, and what that task
+    observed on its way (``DataFrame.observe``) then counts twice. ``plan`` compares the
+    records counted with those the kept rows hold (``RECORDS``) and, should they differ,
+    validates the input and counts again, each in a query of its own."""
+
+    checked: CheckedInput
+    reduced: DataFrame
+    counts: dict  # the plan's counters (``Effect.counters``), as observed
+    records: int  # the records that passed the checks, as observed
+
+
+def reads_in_one_pass(s: Settings, p: Pipeline) -> bool:
+    """Whether a batch of ``p`` validates its input in the plan's one pass over the records
+    (``read_in_one_pass``), not in a query of its own: for a plan that ``reduces`` them, in a
+    classic session (over Connect a checkpoint's query returns no observed aggregates to the client)."""
+    return plans.reduces(p) and classic.is_classic(s.spark)
+
+
+def read_in_one_pass(
+    steps: Steps, p: Pipeline, checked: CheckedInput, last: LedgerRow | None, kept: Kept
+) -> tuple[BatchInput, Pass | None]:
+    """The input validated and reduced in one read of it: the plan's reduction (``plans.reduce``)
+    kept now, the input's summary and the plan's counters computed on its way. InputError as
+    ``CheckedInput.read`` raises it, after the read. Should a summary not come back (a plan Spark
+    optimized away), the input is validated in a query of its own, and the plan reduces it again."""
+    steps.step = "reading and validating the input"
+    validation, counting = classic.observation(), classic.observation()
+    records = checked.frame.observe(validation, *checked.summary()).filter(~checked.bad)
+    records, _ = at_batch_start(records, last.stream_time if last else None, None)
+    reduced = kept(
+        plans.reduce(
+            p, records, checked.columns, lambda df, exprs: df.observe(counting, *[v.alias(k) for k, v in exprs.items()])
+        ),
+        now=True,
+    )
+    summary, counts = classic.observed(validation), classic.observed(counting)
+    if summary is None or counts is None:
+        return checked.read(), None
+    inp = checked.validated(summary)
+    if inp.rejected:  # ``plan`` checks the records kept, not those rejected: these are counted again
+        inp = checked.read()
+    return inp, Pass(checked, reduced, counts, summary["n"] - summary["rejected"])
 
 
 def definition(p: Pipeline) -> str:
@@ -87,6 +137,7 @@ def plan(
     read_version: int,
     batch_end: dt.datetime | None,
     kept: Kept,
+    passed: Pass | None = None,
 ) -> Plan:
     """Plan the batch from ``_state`` as of ``read_version`` (where the attempt read the
     ledger; -1: no table yet) and the buffer as of the last committed batch, and count what it
@@ -106,6 +157,8 @@ def plan(
         buffer=_buffer(s, p, t, last),
         keep=kept,
         event_times=(inp.min_ts, inp.max_ts) if inp.min_ts is not None and inp.max_ts is not None else None,
+        input_columns=inp.columns,
+        reduced=passed.reduced if passed is not None else None,
     )
     effect = plans.effect_of(batch)
     if p.rate_limited:
@@ -117,10 +170,12 @@ def plan(
     if effect.state_changes is not None:  # read by the counts and the commit point's MERGE
         effect = replace(effect, state_changes=kept(effect.state_changes))
     same = effect.results_are_closed and not p.steps  # every closed window is a sink row
-    frames = {
-        "counters": effect.counted.agg(*[v.alias(k) for k, v in effect.counters.items()]),
-        "closed": _count(effect.closed),
-    }
+    counting = effect.counted.agg(*[v.alias(k) for k, v in effect.counters.items()])
+    frames = {"closed": _count(effect.closed)}
+    if passed is None:
+        frames["counters"] = counting
+    else:  # counted in the pass: what its kept rows hold, to check the count by
+        frames["read"] = passed.reduced.agg(F.sum(RECORDS).alias("n"))
     if not same:
         frames["emitted"] = _count(sinks.shape(p, results, "", sta))
     if effect.opened is not None and open_before is not None:
@@ -142,10 +197,16 @@ def plan(
     open_now = open_before + opened["n"] - replaced["n"] - closed if opened is not None else tally["open"]["n"]
     buffered = collected_stats(tally["buffered"]) if "buffered" in frames else None
     check_buffer(steps.where, p, open_now, buffered)
+    counts = passed.counts if passed is not None else tally["counters"]
+    if (
+        passed is not None and (tally["read"]["n"] or 0) != passed.records
+    ):  # observed twice (a stage ran again): count again
+        inp, counts = passed.checked.read(), tallied({"counters": counting})["counters"]
     return Plan(
         effect=effect,
+        input=inp,
         stream_time=sta,
-        counts=tally["counters"],
+        counts=counts,
         closed=closed,
         emitted=emitted,
         windows_open=open_now,
@@ -231,10 +292,10 @@ def check_buffer(where: str, p: Pipeline, windows_open: int, buffered: dict | No
         )
 
 
-def batch_metrics(p: Pipeline, plan: Plan, inp: BatchInput, started_at: float) -> dict:
+def batch_metrics(p: Pipeline, plan: Plan, started_at: float) -> dict:
     """The batch's metrics row (KIP-328 names), recorded in its ledger row and published; the
     ledger row also keeps ``rows_published``, the rows the sink received (after any filter)."""
-    final, buffered, open_now = p.suppressed_final, plan.buffered, plan.windows_open
+    final, buffered, open_now, inp = p.suppressed_final, plan.buffered, plan.windows_open, plan.input
     values = dict(
         plan.counts,
         records_in=inp.count,

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 from py4j.java_gateway import JavaClass, JVMView
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.observation import Observation
 
 from ..errors import FrameworkError
 from .smallfile import visible
@@ -96,6 +97,24 @@ def release(frames: list[DataFrame]) -> None:
     for df in frames:
         if hasattr(df, "_jdf"):
             df._jdf.queryExecution().analyzed().rdd().unpersist(False)
+
+
+def observation() -> Observation:
+    """An ``Observation`` for a classic session's frames: aggregates a query computes on its way
+    (``DataFrame.observe``), read with ``observed``. PySpark's own constructor makes a Connect
+    one, which a classic frame refuses, once the process has had a Connect session."""
+    obs = object.__new__(Observation)
+    obs.__init__()  # type: ignore[misc]
+    return obs
+
+
+def observed(obs: Observation) -> dict | None:
+    """What ``obs`` observed, or None when no query that computes it has finished (``get``
+    would wait for one for ever: a plan the optimizer found empty computes nothing)."""
+    jo = getattr(obs, "_jo", None)
+    if jo is None or not jo.future().isCompleted():
+        return None
+    return obs.get
 
 
 # ---- files, through the Hadoop file system Delta uses ---------------------------------------

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from pyspark.sql import DataFrame
+
 from ...definition.pipeline import Pipeline
 from ...definition.windows import SessionWindows, SlidingWindows, TimeWindows
 from ..batch import Batch, Effect
 from . import plain, session, sliding, time
 
-__all__ = ["PLANS", "effect_of", "needs_order"]
+__all__ = ["PLANS", "effect_of", "needs_order", "reduce", "reduces"]
 
 PLANS: dict[str, Callable[[Batch, Any], Effect]] = {
     TimeWindows.kind: time.plan,
@@ -41,6 +43,20 @@ def effect_of(b: Batch) -> Effect:
     """The effect of batch ``b`` for its pipeline's window type."""
     w = b.pipeline.windows
     return plain.plan(b) if w is None else PLANS[w.kind](b, w)
+
+
+def reduces(p: Pipeline) -> bool:
+    """Whether ``p``'s plan takes its records from one pass over them (``reduce``), which the
+    input's validation and the batch's counters can ride along: time windows judged per batch.
+    A plan that needs arrival order reads the records in that order first."""
+    return isinstance(p.windows, TimeWindows) and not needs_order(p)
+
+
+def reduce(p: Pipeline, records: DataFrame, input_columns: tuple[str, ...], observe: time.Observe) -> DataFrame:
+    """``records`` (with ``STREAM_BEFORE``) as ``p``'s plan keeps them (``Batch.reduced``), its
+    counters computed on the way by ``observe``; for pipelines that ``reduces``."""
+    assert isinstance(p.windows, TimeWindows)
+    return time.reduce(p, p.windows, records, input_columns, observe)
 
 
 def needs_order(p: Pipeline) -> bool:

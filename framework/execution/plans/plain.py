@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import functions as F
 
 from ...definition.columns import BUCKET, CLOSE, GONE, MAX_TS, TS
-from ..batch import Batch, Effect, finished, lateness, merges, partial_updates, partials, wants_updates
+from ..batch import Batch, Effect, finished, late_rows, lateness, merges, partial_updates, partials, wants_updates
 
 NEVER = 2**62  # close time of a plain table's rows: they never close
 
@@ -35,7 +35,7 @@ def plan(b: Batch) -> Effect:
         state_changes=changes,
         state_rewrite=None,
         results=merged.select(*keys, *finished(p), F.lit(False).alias(GONE)),
-        late=counted.limit(0),
+        late=late_rows(b, counted.limit(0)),
         closed=merged.limit(0),
         counted=counted,
         counters=counters,

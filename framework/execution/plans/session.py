@@ -27,7 +27,7 @@ from ...definition.columns import (
 )
 from ...definition.windows import SessionWindows
 from .. import fold
-from ..batch import Batch, Effect, counters, finished, merges, partial_names, partials, wants_updates
+from ..batch import Batch, Effect, counters, finished, late_rows, merges, partial_names, partials, wants_updates
 
 
 def plan(b: Batch, w: SessionWindows) -> Effect:
@@ -82,7 +82,7 @@ def plan(b: Batch, w: SessionWindows) -> Effect:
         state_changes=changes,
         state_rewrite=None,
         results=_results(b, changes, merged),
-        late=counted.filter(late),
+        late=late_rows(b, counted.filter(late)),
         closed=changes.filter(~F.col(GONE) & (F.col(CLOSE) <= b.time_after)),
         counted=counted,
         counters=counters(F.when(late, 1).otherwise(0), late),

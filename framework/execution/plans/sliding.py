@@ -28,7 +28,18 @@ from ...definition.columns import (
 from ...definition.pipeline import Pipeline
 from ...definition.windows import SlidingWindows
 from .. import fold
-from ..batch import Batch, Effect, counters, finished, merges, partial_names, partials, running_updates, wants_updates
+from ..batch import (
+    Batch,
+    Effect,
+    counters,
+    finished,
+    late_rows,
+    merges,
+    partial_names,
+    partials,
+    running_updates,
+    wants_updates,
+)
 
 
 def plan(b: Batch, w: SlidingWindows) -> Effect:
@@ -82,7 +93,7 @@ def plan(b: Batch, w: SlidingWindows) -> Effect:
         state_changes=changes,
         state_rewrite=None,
         results=results,
-        late=counted.filter(late),
+        late=late_rows(b, counted.filter(late)),
         closed=closed,
         counted=counted,
         counters=counters(F.col("_drops"), late),

@@ -7,23 +7,38 @@ never rewrites open windows it did not touch."""
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from typing import Callable
+
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from ...definition.columns import BUCKET, CLOSE, GONE, IN_TIME, MAX_TS, NEWEST, STREAM_BEFORE, TS
+from ...definition.columns import BUCKET, CLOSE, GONE, IN_TIME, MAX_TS, NEWEST, RECORD, RECORDS, STREAM_BEFORE, TS
 from ...definition.pipeline import Pipeline
 from ...definition.windows import TimeWindows
-from ..batch import Batch, Effect, counters, finished, merges, partial_updates, partials, wants_updates
+from ..batch import (
+    Batch,
+    Effect,
+    counters,
+    finished,
+    merges,
+    partial_names,
+    partial_updates,
+    partials,
+    record_json,
+    wants_updates,
+)
+
+Observe = Callable[[DataFrame, dict[str, Column]], DataFrame]  # a frame with aggregates computed on the way
 
 
 def plan(b: Batch, w: TimeWindows) -> Effect:
     p = b.pipeline
     ident = p.identity
     windowed = assign(b.records, w)
-    held = windowed.filter(IN_TIME)
-    batch_partials = b.keep(
-        held.groupBy(*ident)
-        .agg(*partials(p), F.max(TS).alias(MAX_TS))
+    reduced = b.reduced if b.reduced is not None else b.keep(reduce(p, w, b.records, b.input_columns))
+    batch_partials = (
+        reduced.filter(F.col(RECORD).isNull())
+        .select(*ident, *partial_names(p), MAX_TS)
         .withColumn("window_end", F.col("window_start") + w.size_ms)
         .withColumn(CLOSE, w.close(F.col("window_end")))
         .withColumn(BUCKET, b.bucket())
@@ -54,17 +69,27 @@ def plan(b: Batch, w: TimeWindows) -> Effect:
         state_changes=None,
         state_rewrite=(keep, f"{BUCKET} <= {due_bucket}"),
         results=results,
-        late=windowed.filter(F.col(NEWEST) & ~F.col(IN_TIME)).drop("window_start", IN_TIME, NEWEST),
+        late=reduced.filter(F.col(RECORD).isNotNull())
+        .withColumn(RECORDS, F.explode(F.array_repeat(F.col(RECORDS), F.col(RECORDS).cast("int"))))  # a row a copy
+        .select(*p.keys, F.col(MAX_TS).alias(TS), STREAM_BEFORE, RECORD),
         closed=closed,
         results_are_closed=p.suppressed_final,
         counted=windowed,
-        counters=counters(F.when(~F.col(IN_TIME), 1).otherwise(0), F.col(NEWEST) & ~F.col(IN_TIME), F.col(NEWEST)),
+        counters=counting(),
         open_windows=still_open,
         opened=_new_windows(near, stored, batch_partials.select(*ident)),
-        updates=partial_updates(b, held.withColumn("window_end", F.col("window_start") + w.size_ms), touched)
+        updates=partial_updates(
+            b, windowed.filter(IN_TIME).withColumn("window_end", F.col("window_start") + w.size_ms), touched
+        )
         if wants_updates(p)
         else None,
     )
+
+
+def _updates(b: Batch, w: TimeWindows, windowed: DataFrame, touched: DataFrame) -> DataFrame:
+    """The updates of the batch's windows, record by record (``Effect.updates``)."""
+    held = windowed.filter(IN_TIME).withColumn("window_end", F.col("window_start") + w.size_ms)
+    return partial_updates(b, held, touched)
 
 
 def _near_buckets(b: Batch, w: TimeWindows) -> tuple[int, int] | None:
@@ -87,6 +112,35 @@ def _new_windows(near: tuple[int, int] | None, stored: DataFrame, windows: DataF
         return windows
     held = stored.filter(F.col(BUCKET).between(F.lit(near[0]), F.lit(near[1]))).select(*windows.columns)
     return windows.join(held, windows.columns, "left_anti")
+
+
+def reduce(
+    p: Pipeline, w: TimeWindows, records: DataFrame, input_columns: tuple[str, ...], observe: Observe | None = None
+) -> DataFrame:
+    """``records`` as the plan keeps them, from one read of them: a row of partials per window
+    they update, and a row per distinct late record (``RECORD``, the stream time before it: the
+    late records' table needs no second read of the input), each with the ``RECORDS`` whose
+    newest window it is (their sum: the records read). ``observe`` computes the counters
+    (``counting``) on the way, where the batch takes them from this read."""
+    windowed = assign(records, w)
+    if observe is not None:
+        windowed = observe(windowed, counting())
+    late = F.col(NEWEST) & ~F.col(IN_TIME)
+    return (
+        windowed.filter(F.col(IN_TIME) | late)
+        .groupBy(
+            *p.identity,
+            F.when(late, record_json(input_columns)).alias(RECORD),
+            F.when(late, F.col(STREAM_BEFORE)).alias(STREAM_BEFORE),
+        )
+        .agg(*partials(p), F.max(TS).alias(MAX_TS), F.count_if(F.col(NEWEST)).alias(RECORDS))
+    )
+
+
+def counting() -> dict[str, Column]:
+    """The counters over ``assign``'s rows: a record is late when its newest window is closed."""
+    closed = ~F.col(IN_TIME)
+    return counters(F.when(closed, 1).otherwise(0), F.col(NEWEST) & closed, F.col(NEWEST))
 
 
 def assign(records: DataFrame, w: TimeWindows) -> DataFrame:
