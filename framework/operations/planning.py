@@ -198,9 +198,8 @@ def plan(
     buffered = collected_stats(tally["buffered"]) if "buffered" in frames else None
     check_buffer(steps.where, p, open_now, buffered)
     counts = passed.counts if passed is not None else tally["counters"]
-    if (
-        passed is not None and (tally["read"]["n"] or 0) != passed.records
-    ):  # observed twice (a stage ran again): count again
+    if passed is not None and (tally["read"]["n"] or 0) != passed.records:
+        # a task's observed records counted twice (its stage ran again): count again, apart
         inp, counts = passed.checked.read(), tallied({"counters": counting})["counters"]
     return Plan(
         effect=effect,

@@ -78,11 +78,7 @@ def plan(b: Batch, w: TimeWindows) -> Effect:
         counters=counting(),
         open_windows=still_open,
         opened=_new_windows(near, stored, batch_partials.select(*ident)),
-        updates=partial_updates(
-            b, windowed.filter(IN_TIME).withColumn("window_end", F.col("window_start") + w.size_ms), touched
-        )
-        if wants_updates(p)
-        else None,
+        updates=_updates(b, w, windowed, touched) if wants_updates(p) else None,
     )
 
 
