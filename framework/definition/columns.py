@@ -23,6 +23,10 @@ Per record, while a batch is planned:
                     it is (a late record's row: how many such records the batch holds)
 - ``TOUCH``         rate limiting: the row is an update of its entry (not only a part of its value)
 - ``UPDATED_AT``    an update's time, as Kafka stamps it (``execution.batch``: the updates' shape)
+- ``INTERVAL``      a chunk of a range (``operations.chunk``): the index of the record's interval in
+                    the chunk (its batch is the chunk's first seq plus it); on a late record's row
+                    and a time window's partials (the first interval that updated it) too, and on
+                    a result row, the interval whose stream time closed the window
 
 Per window in ``_state``'s window rows (and in the rows a batch plans):
 
@@ -58,6 +62,7 @@ RECORD = "_record"
 RECORDS = "_records"
 TOUCH = "_touch"
 UPDATED_AT = "_ut"
+INTERVAL = "_iv"
 CLOSE = "_close"
 BUCKET = "_bucket"
 MAX_TS = "_max_ts"

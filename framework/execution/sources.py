@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..definition.aggregations import input_columns
-from ..definition.columns import TS
+from ..definition.columns import INTERVAL, TS
 from ..definition.pipeline import Pipeline
 from ..errors import InputError
 from .streamtime import arrival_order, to_datetime
@@ -211,7 +211,8 @@ class CheckedInput:
         if failed:
             reason = F.coalesce(*[F.when(check.fails, F.lit(check.reason)) for check in checks])
             record = F.to_json(F.struct(*[F.col(c) for c in self.source.columns]), {"ignoreNullFields": "false"})
-            rejected_rows = frame.filter(self.bad).select(reason.alias("reason"), record.alias("record"))
+            carried = [INTERVAL] if INTERVAL in frame.columns else []  # a chunk's: the batch of each
+            rejected_rows = frame.filter(self.bad).select(reason.alias("reason"), record.alias("record"), *carried)
             frame = frame.filter(~self.bad)
         fields = self.source.schema.fields
         return BatchInput(
@@ -219,12 +220,18 @@ class CheckedInput:
             count=row["n"],
             max_ts=row["max_ts"],
             min_ts=row["min_ts"],
-            fingerprint=f"{row['n']}:{row['h'] or 0}",
+            fingerprint=fingerprint(row),
             columns=self.columns,
             schema_json=json.dumps({f.name: f.dataType.simpleString() for f in fields}, sort_keys=True),
             rejected=row["rejected"],
             rejected_rows=rejected_rows,
         )
+
+
+def fingerprint(summary: dict) -> str:
+    """A batch's input fingerprint from its ``CheckedInput.summary`` row: the record count and
+    the sum of the records' hashes, so it does not depend on the records' order."""
+    return f"{summary['n']}:{summary['h'] or 0}"
 
 
 def check_input(p: Pipeline, batch_id: str, df: DataFrame, latest_ms: int | None = None) -> CheckedInput:
@@ -303,9 +310,10 @@ def _examples(p: Pipeline, frame: DataFrame, fails: Column) -> str:
     return "; ".join(", ".join(f"{c}={value!r}" for c, value in zip(shown, r)) for r in rows)
 
 
-def rejected_records(inp: BatchInput, batch_id: str, seq: int) -> DataFrame | None:
-    """The batch's rejected records as kept in the rejected-records table: why, the batch,
-    the record as JSON (all its columns); None when the batch rejected none."""
+def rejected_records(inp: BatchInput, batch_id: str | Column, seq: int | Column) -> DataFrame | None:
+    """The batch's rejected records as kept in the rejected-records table: why, the batch
+    (columns, in a chunk of a range: each record's interval's), the record as JSON (all its
+    columns); None when the batch rejected none."""
     if inp.rejected_rows is None:
         return None
     return inp.rejected_rows.select(

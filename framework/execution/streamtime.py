@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from ..definition.columns import ARRIVAL, STREAM_BEFORE
@@ -56,7 +56,7 @@ def with_stream_time(
     df: DataFrame,
     order: list[str],
     timestamp_ms: str,
-    seq: int,
+    seq: int | Column,
     stream_time_before: int | None,
     per_record: bool,
     partitions: int,
@@ -65,8 +65,9 @@ def with_stream_time(
     """Add ``ARRIVAL`` (struct of batch seq and position) and ``STREAM_BEFORE`` (stream time
     before the record).
 
-    ``partitions`` is the scan's parallelism (1 for small batches); ``batch_max`` is the batch's
-    largest event time, known from input validation. Returns the checkpointed
+    ``seq`` is the batch's sequence number (a column for a chunk of a range, whose records are
+    in the batches of their intervals). ``partitions`` is the scan's parallelism (1 for small
+    batches); ``batch_max`` is the batch's largest event time, known from input validation. Returns the checkpointed
     frame and the stream time after the batch. With
     ``per_record=False`` (lateness="batch") every record is judged against the stream time
     before the batch, as Structured Streaming's watermark does.
@@ -100,7 +101,7 @@ def with_stream_time(
         .withColumn(
             ARRIVAL,
             F.struct(
-                F.lit(seq).cast("long").alias("seq"),
+                (F.lit(seq) if isinstance(seq, int) else seq).cast("long").alias("seq"),
                 (F.col("_offset") + F.row_number().over(w) - 1).cast("long").alias("pos"),
             ),
         )
@@ -121,3 +122,23 @@ def at_batch_start(
     prev = NO_TIME if stream_time_before is None else stream_time_before
     after = max(prev, batch_max) if batch_max is not None else prev
     return df.withColumn(STREAM_BEFORE, F.lit(prev).cast("long")), None if after == NO_TIME else after
+
+
+def first_reaching(value: Column, thresholds: list[int]) -> Column:
+    """The index of the first of the nondecreasing ``thresholds`` that is at least ``value``
+    (``len(thresholds)`` when none is): the interval of a chunk whose stream time after it
+    first reaches a window's close time. A binary search written as nested ``CASE``
+    expressions, so a row takes about log2(n) comparisons, all compiled, and no join."""
+
+    def search(lo: int, hi: int) -> Column:  # the answer is in [lo, hi]
+        if lo == hi:
+            return F.lit(lo)
+        mid = (lo + hi) // 2
+        return F.when(value <= F.lit(thresholds[mid]), search(lo, mid)).otherwise(search(mid + 1, hi))
+
+    return search(0, len(thresholds))
+
+
+def pick(index: Column, values: list) -> Column:
+    """``values[index]``, ``values`` a short list of literals (one per interval of a chunk)."""
+    return F.element_at(F.array(*[F.lit(v) for v in values]), index + 1)

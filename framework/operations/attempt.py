@@ -19,10 +19,10 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ..definition.columns import GONE, LATE_BUCKET, RECORD, REJECTED_BUCKET, STREAM_BEFORE, TS
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("framework.runtime")
 
+T = TypeVar("T")
 WRITE_POINTS = ("buffer", "output", "commit_point", "publish")
 ATTEMPTED = "batch_id"  # in a staging folder: the batch its attempt runs
 ATTEMPTED_BEFORE = "_batch_id"  # its name in folders that earlier versions staged (see ``PUBLICATION_BEFORE``)
@@ -136,8 +137,12 @@ class BatchAttempt:
         ``allow_gap``."""
         self.interval = (batch_start, batch_end) if batch_start is not None else None
         self.allow_gap = allow_gap
+        return self._guarded(lambda: self._run(input_df, batch_end))
+
+    def _guarded(self, work: Callable[[], T]) -> T:
+        """``work``, its Spark errors and lock timeouts reported as ``run`` says."""
         try:
-            return self._run(input_df, batch_end)
+            return work()
         except CommitLockTimeout as e:  # another writer is inside its commit, or frozen there
             where, step = self.steps.where, self.steps.step
             if self.committed:
@@ -373,14 +378,15 @@ class BatchAttempt:
             tasks[f"reading {t.output}"] = functools.partial(tables.prepare, spark, t.output)
         return dict(zip(writing, self.steps.concurrently(tasks)))
 
-    def _late_records(self, late: DataFrame) -> DataFrame:
-        """Late records as kept: keys, event time, the stream time that made them late, the record."""
+    def _late_records(self, late: DataFrame, batch_id: str | Column, seq: int | Column) -> DataFrame:
+        """Late records as kept: keys, event time, the stream time that made them late, the
+        batch (columns, in a chunk: each record's interval's), the record."""
         return late.select(
             *self.p.keys,
             F.timestamp_millis(TS).alias("event_time"),
             F.timestamp_millis(STREAM_BEFORE).alias("stream_time_before"),
-            F.lit(self.batch_id).alias("batch_id"),
-            F.lit(self.seq).cast("long").alias("seq"),
+            F.lit(batch_id).alias("batch_id"),
+            F.lit(seq).cast("long").alias("seq"),
             F.col(RECORD).alias("record"),
         )
 
@@ -426,7 +432,9 @@ class BatchAttempt:
         inp = planned.input
         mark(self.s.spark, self.staging, Manifest(staged, self.schemas))
         assert self.seen is not None  # read in step 1
-        late = self._late_records(planned.effect.late) if planned.counts.get("late_records") else None
+        late = None
+        if planned.counts.get("late_records"):
+            late = self._late_records(planned.effect.late, self.batch_id, self.seq)
         last, sta = self.last, planned.stream_time
         commit = LedgerRow(
             seq=self.seq,
@@ -460,7 +468,7 @@ class BatchAttempt:
         self._write_point("commit_point", lambda: self._commit_point(commit, planned, bookkeeping))
         return commit
 
-    def _commit_point(self, commit: LedgerRow, planned: Plan, bookkeeping: DataFrame) -> None:
+    def _commit_point(self, commit: LedgerRow | list[LedgerRow], planned: Plan, bookkeeping: DataFrame) -> None:
         """Pass the commit point, or stop: another batch or replay committed since the ledger
         was read. A commit that lost to maintenance (the fence unchanged) is made again."""
         spark, path, seen = self.s.spark, self.t.state, self.seen
@@ -483,7 +491,7 @@ class BatchAttempt:
         made = ledger.commit_point(spark, path, seen, tag, write)
         if made is None:
             raise self._fenced_out()
-        self.ledgers.appended(path, seen, self.rows, commit, made)
+        self.ledgers.appended(path, seen, self.rows, commit if isinstance(commit, list) else [commit], made)
         self.committed = True
 
     def _unpublished(self, what: str) -> PublicationError:

@@ -291,26 +291,57 @@ def check_buffer(where: str, p: Pipeline, windows_open: int, buffered: dict | No
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class Counted:
+    """What one batch did, by number: a plan's totals, or one interval's share of a chunk's
+    (``operations.chunk``); ``metrics`` turns it into the batch's metrics row."""
+
+    counts: dict  # the plan's counters (``Effect.counters``)
+    records_in: int
+    rejected: int
+    emitted: int  # rows for the sink
+    closed: int  # windows closed
+    windows_open: int  # after the batch
+    stream_time: int | None  # after the batch
+    buffered: dict | None = None  # rate-limiting buffer statistics
+
+
 def batch_metrics(p: Pipeline, plan: Plan, started_at: float) -> dict:
-    """The batch's metrics row (KIP-328 names), recorded in its ledger row and published; the
-    ledger row also keeps ``rows_published``, the rows the sink received (after any filter)."""
-    final, buffered, open_now, inp = p.suppressed_final, plan.buffered, plan.windows_open, plan.input
-    values = dict(
-        plan.counts,
+    """The metrics row of a batch that ran as ``plan`` (``metrics``)."""
+    inp = plan.input
+    counted = Counted(
+        counts=plan.counts,
         records_in=inp.count,
-        rejected_records_total=inp.rejected,
-        rows_published=plan.emitted,
-        suppression_emit_total=plan.closed if final else 0,
+        rejected=inp.rejected,
+        emitted=plan.emitted,
+        closed=plan.closed,
+        windows_open=plan.windows_open,
+        stream_time=plan.stream_time,
+        buffered=plan.buffered,
+    )
+    return metrics(p, counted, int((time.monotonic() - started_at) * 1000))
+
+
+def metrics(p: Pipeline, c: Counted, duration_ms: int) -> dict:
+    """A batch's metrics row (KIP-328 names), recorded in its ledger row and published; the
+    ledger row also keeps ``rows_published``, the rows the sink received (after any filter)."""
+    final, buffered, open_now = p.suppressed_final, c.buffered, c.windows_open
+    values = dict(
+        c.counts,
+        records_in=c.records_in,
+        rejected_records_total=c.rejected,
+        rows_published=c.emitted,
+        suppression_emit_total=c.closed if final else 0,
         windows_open=open_now,
-        windows_closed=plan.closed,
+        windows_closed=c.closed,
         suppression_buffer_count_current=open_now if final else None,
-        suppression_buffer_count_max=(open_now + plan.closed) if final else None,
-        stream_time=to_datetime(plan.stream_time),
-        batch_duration_ms=int((time.monotonic() - started_at) * 1000),
+        suppression_buffer_count_max=(open_now + c.closed) if final else None,
+        stream_time=to_datetime(c.stream_time),
+        batch_duration_ms=duration_ms,
     )
     if buffered is not None:
         values.update(
-            suppression_emit_total=plan.emitted,
+            suppression_emit_total=c.emitted,
             suppression_buffer_count_current=buffered["count"],
             suppression_buffer_count_max=buffered["count_max"],
             suppression_buffer_size_current=buffered["size"],

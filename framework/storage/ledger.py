@@ -230,10 +230,11 @@ class Ledgers:
         with_late = [r for r in known[1] if r.late_schema]
         return lambda: max(with_late, key=lambda r: r.seq).late_schema if with_late else None
 
-    def appended(self, path: str, seen: Head, rows: list[LedgerRow], row: LedgerRow, made: int) -> None:
-        """Remember that commit ``made`` appended ``row`` to the ledger read as ``seen``, ``rows``."""
+    def appended(self, path: str, seen: Head, rows: list[LedgerRow], new: list[LedgerRow], made: int) -> None:
+        """Remember that commit ``made`` appended ``new`` (a batch's row, a chunk's rows) to the
+        ledger read as ``seen``, ``rows``."""
         if made == seen.version + 1 and seen.table_id:  # nothing came between: the rows known are current
-            self._known[path] = (Head(seen.table_id, made, seen.next_fence), [*rows, row])
+            self._known[path] = (Head(seen.table_id, made, seen.next_fence), [*rows, *new])
 
 
 def commit_point(spark: SparkSession, path: str, seen: Head, tag: str, commit: Callable[[int], None]) -> int | None:

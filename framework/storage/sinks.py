@@ -12,17 +12,19 @@ unpublished can publish it again.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from ..definition.columns import EMITTED_AT, GONE
+from ..definition.columns import EMITTED_AT, GONE, INTERVAL
 from ..definition.names import EMITTED_COLUMNS, TOMBSTONE
 from ..definition.pipeline import Pipeline
 from . import tables, writes
 
 
-def shape(p: Pipeline, results: DataFrame, batch_id: str, stream_time: int | None) -> DataFrame:
-    """Sink rows: keys, window bounds as timestamps, aggregates, stateless steps, emission stamp."""
+def shape(p: Pipeline, results: DataFrame, batch_id: str | Column, stream_time: int | Column | None) -> DataFrame:
+    """Sink rows: keys, window bounds as timestamps, aggregates, stateless steps, emission stamp
+    (the batch and its stream time after it; columns, in a chunk of a range, whose rows each
+    name the interval that emitted them and keep its ``INTERVAL``)."""
     df = results
     for c in ("window_start", "window_end"):
         if c in df.columns:
@@ -35,7 +37,7 @@ def shape(p: Pipeline, results: DataFrame, batch_id: str, stream_time: int | Non
         elif step.op == "with_column":
             df = df.withColumn(step.args[0], F.expr(step.args[1]))
         else:
-            df = df.select(*step.args, GONE, *([EMITTED_AT] if EMITTED_AT in df.columns else []))
+            df = df.select(*step.args, GONE, *[c for c in (EMITTED_AT, INTERVAL) if c in df.columns])
     stamp = F.timestamp_millis(F.lit(stream_time)) if stream_time is not None else F.lit(None).cast("timestamp")
     if EMITTED_AT in df.columns:  # rate-limited updates leave record by record: each has its own stream time
         stamp = F.timestamp_millis(EMITTED_AT)

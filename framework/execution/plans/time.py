@@ -12,7 +12,19 @@ from typing import Callable
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from ...definition.columns import BUCKET, CLOSE, GONE, IN_TIME, MAX_TS, NEWEST, RECORD, RECORDS, STREAM_BEFORE, TS
+from ...definition.columns import (
+    BUCKET,
+    CLOSE,
+    GONE,
+    IN_TIME,
+    INTERVAL,
+    MAX_TS,
+    NEWEST,
+    RECORD,
+    RECORDS,
+    STREAM_BEFORE,
+    TS,
+)
 from ...definition.pipeline import Pipeline
 from ...definition.windows import TimeWindows
 from ..batch import (
@@ -43,6 +55,7 @@ def plan(b: Batch, w: TimeWindows) -> Effect:
         .withColumn(CLOSE, w.close(F.col("window_end")))
         .withColumn(BUCKET, b.bucket())
     )
+    batch_windows = reduced.filter(F.col(RECORD).isNull()).select(*ident, *_interval(reduced))
     due_bucket = b.time_after // b.bucket_ms
     everything = b.stored(batch_partials)  # all of state: open windows counted anew (ledgers without the count)
     near = _near_buckets(b, w)
@@ -71,15 +84,20 @@ def plan(b: Batch, w: TimeWindows) -> Effect:
         results=results,
         late=reduced.filter(F.col(RECORD).isNotNull())
         .withColumn(RECORDS, F.explode(F.array_repeat(F.col(RECORDS), F.col(RECORDS).cast("int"))))  # a row a copy
-        .select(*p.keys, F.col(MAX_TS).alias(TS), STREAM_BEFORE, RECORD),
+        .select(*p.keys, F.col(MAX_TS).alias(TS), STREAM_BEFORE, RECORD, *_interval(reduced)),
         closed=closed,
         results_are_closed=p.suppressed_final,
         counted=windowed,
         counters=counting(),
         open_windows=still_open,
-        opened=_new_windows(near, stored, batch_partials.select(*ident)),
+        opened=_new_windows(near, stored, batch_windows, ident),
         updates=_updates(b, w, windowed, touched) if wants_updates(p) else None,
     )
+
+
+def _interval(df: DataFrame) -> list[str]:
+    """``INTERVAL``, where ``df``'s rows carry it (a chunk of a range)."""
+    return [INTERVAL] if INTERVAL in df.columns else []
 
 
 def _updates(b: Batch, w: TimeWindows, windowed: DataFrame, touched: DataFrame) -> DataFrame:
@@ -100,14 +118,14 @@ def _near_buckets(b: Batch, w: TimeWindows) -> tuple[int, int] | None:
     return earliest // b.bucket_ms, (last + offset) // b.bucket_ms
 
 
-def _new_windows(near: tuple[int, int] | None, stored: DataFrame, windows: DataFrame) -> DataFrame:
-    """Of the batch's ``windows``, those not in state before: looked up in ``stored`` (state,
-    or the part of it the plan read) in the ``near`` partitions only (counting every open
-    window would read all state). No ``near`` range: no state to look in."""
+def _new_windows(near: tuple[int, int] | None, stored: DataFrame, windows: DataFrame, ident: list[str]) -> DataFrame:
+    """Of the batch's ``windows`` (by identity ``ident``), those not in state before: looked up
+    in ``stored`` (state, or the part of it the plan read) in the ``near`` partitions only
+    (counting every open window would read all state). No ``near`` range: no state to look in."""
     if near is None:
         return windows
-    held = stored.filter(F.col(BUCKET).between(F.lit(near[0]), F.lit(near[1]))).select(*windows.columns)
-    return windows.join(held, windows.columns, "left_anti")
+    held = stored.filter(F.col(BUCKET).between(F.lit(near[0]), F.lit(near[1]))).select(*ident)
+    return windows.join(held, ident, "left_anti")
 
 
 def reduce(
@@ -122,15 +140,28 @@ def reduce(
     if observe is not None:
         windowed = observe(windowed, counting())
     late = F.col(NEWEST) & ~F.col(IN_TIME)
+    # a chunk of a range: a late record's row is its interval's, a window's the first that updated it
+    chunked = INTERVAL in records.columns
+    by_interval = [F.when(late, F.col(INTERVAL)).alias(LATE_IN)] if chunked else []
     return (
         windowed.filter(F.col(IN_TIME) | late)
         .groupBy(
             *p.identity,
             F.when(late, record_json(input_columns)).alias(RECORD),
             F.when(late, F.col(STREAM_BEFORE)).alias(STREAM_BEFORE),
+            *by_interval,
         )
-        .agg(*partials(p), F.max(TS).alias(MAX_TS), F.count_if(F.col(NEWEST)).alias(RECORDS))
+        .agg(
+            *partials(p),
+            F.max(TS).alias(MAX_TS),
+            F.count_if(F.col(NEWEST)).alias(RECORDS),
+            *([F.min(INTERVAL).alias(INTERVAL)] if chunked else []),
+        )
+        .drop(LATE_IN)
     )
+
+
+LATE_IN = "_late_iv"  # ``reduce``'s grouping by a late record's interval (a chunk)
 
 
 def counting() -> dict[str, Column]:

@@ -1,0 +1,418 @@
+"""A chunk of a range: consecutive intervals run as one batch, recorded as the intervals it covers.
+
+A backfill of N intervals used to cost N batches, each paying a batch's fixed cost (a dozen
+Spark queries, two Delta commits, a publication). A ``ChunkAttempt`` runs the records of many
+intervals in one plan and one commit point, and writes a ledger row per interval with what a
+run of that interval alone would have recorded: its batch id and seq, its interval, the
+fingerprint of its own records, stream time before and after it, its own metrics; its results
+carry the ``emitted_batch_id`` and ``emitted_stream_time`` of the interval that closed them.
+Why that is the per-interval run's outcome, exactly: docs/design.md#chunks.
+
+``chunk_refusal`` says which pipelines run this way so far; ``ranges.run_range`` splits a range
+into chunks and runs the others interval by interval.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import time
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from ..definition.columns import INTERVAL, LATE_BUCKET, REJECTED_BUCKET, STREAM_BEFORE, TS
+from ..definition.pipeline import Pipeline
+from ..definition.windows import TimeWindows
+from ..errors import FingerprintMismatchError
+from ..execution import plans
+from ..execution.batch import Batch, strict
+from ..execution.sources import BatchInput, CheckedInput, check_drift, check_input, fingerprint, rejected_records
+from ..execution.streamtime import (
+    NO_TIME,
+    arrival_order,
+    first_reaching,
+    pick,
+    to_epoch_millis,
+    with_stream_time,
+)
+from ..storage import entries, files, ledger, metrics, sinks, state, tables, upgrade
+from ..storage.ledger import LedgerRow, Status
+from .attempt import ATTEMPTED, BatchAttempt, BatchResult, result_of
+from .planning import SCAN_RECORDS_PER_PARTITION, Counted, Kept, Plan, definition, tallied
+from .planning import metrics as metrics_of
+from .publication import finish
+
+
+@dataclass(frozen=True)
+class Interval:
+    """One interval of a range: its batch id and data interval ``[start, end)`` (naive UTC)."""
+
+    batch_id: str
+    start: dt.datetime
+    end: dt.datetime
+
+
+def chunk_refusal(p: Pipeline) -> str | None:
+    """Why a range of ``p`` runs interval by interval; None when it runs in chunks.
+
+    A chunk attributes each closed window to the interval whose stream time closed it and
+    counts each interval's windows opened and closed: that is exact for time windows with final
+    results. Sessions and sliding windows merge and create windows record by record (an
+    interval's open-window count needs the fold's state after each interval), a rate-limited
+    buffer emits at times its own order decides, an updated sink's row per interval is the
+    window's value after that interval, and a strict bounded buffer is measured after every
+    record: those still run one batch per interval."""
+    if not isinstance(p.windows, TimeWindows):
+        return "a chunk counts time windows only; sessions, sliding windows and plain tables run per interval"
+    if not p.suppressed_final:
+        return "a chunk publishes final results only; rate-limited and updated sinks run per interval"
+    if strict(p):
+        return "a buffer that shuts down when full is measured after every record; it runs per interval"
+    return None
+
+
+@dataclass(frozen=True)
+class Summaries:
+    """The validation of each interval of a chunk (``CheckedInput.validated``), and the
+    whole chunk's input as one ``BatchInput`` for the plan."""
+
+    each: list[BatchInput]
+    whole: BatchInput
+
+
+class ChunkAttempt(BatchAttempt):
+    """One attempt of the consecutive ``intervals`` of ``p`` as one batch; ``run`` it once."""
+
+    def __init__(self, s, p: Pipeline, intervals: list[Interval], t: tables.Tables, ledgers: ledger.Ledgers):
+        super().__init__(s, p, intervals[0].batch_id, t, ledgers)
+        self.intervals = intervals
+        if len(intervals) > 1:
+            self.steps.where = f"pipeline {p.name!r}, batches {intervals[0].batch_id!r}..{intervals[-1].batch_id!r}"
+
+    def run_chunk(self, input_df: DataFrame, arrived: str, allow_gap: bool = False) -> list[BatchResult]:
+        """Run the chunk: ``input_df`` holds the records of every interval, each placed in the
+        interval its ``arrived`` column falls in. Results per interval, in order."""
+        first = self.intervals[0]
+        self.interval = (first.start, first.end)
+        self.allow_gap = allow_gap
+        return self._guarded(lambda: self._run_chunk(input_df, arrived))
+
+    def _run_chunk(self, input_df: DataFrame, arrived: str) -> list[BatchResult]:
+        started_at = time.monotonic()
+        checked, summaries = self._read_chunk(input_df, arrived)
+        pending = self._finish_previous()
+        done = self._committed_of(summaries)
+        if done:
+            return done
+        self._check(pending)
+        each, whole = self._validate(checked, summaries)
+        kept = Kept()
+        try:
+            files.put_text(self.s.spark, f"{self.staging}/{ATTEMPTED}", self.batch_id)
+            self.steps.step = "reading state and planning"
+            times = self._stream_times(each)
+            planned, per_interval, rows_out = self._plan(whole, each, times, kept)
+            audit = self._audit(planned, rows_out.drop(INTERVAL))
+            written = self._write(planned, rows_out.drop(INTERVAL))
+            duration = int((time.monotonic() - started_at) * 1000) // len(self.intervals)
+            values = [metrics_of(self.p, c, duration) for c in per_interval]
+            commits = self._commit_chunk(planned, each, times, written, values)
+        finally:
+            kept.release()
+        for row, v in zip(commits, values):
+            metrics.report(self.p.name, row.batch_id, row.seq, v)
+        self._write_point("publish", lambda: finish(self.steps, self.p, self.t, commits[-1]))
+        results = [result_of(self.p, row, Status.COMMITTED.value) for row in commits]
+        results[-1] = dataclasses.replace(results[-1], audit=audit)
+        return results
+
+    # ---- 1. the ledger and each interval's input ------------------------------------------------
+    def _read_chunk(self, input_df: DataFrame, arrived: str) -> tuple[CheckedInput, dict[int, dict]]:
+        """Read the ledger and, at the same time, summarize each interval's records (one query:
+        ``CheckedInput.summary`` per ``INTERVAL``)."""
+        last_end = self.intervals[-1].end
+        checked = check_input(self.p, self.batch_id, input_df, self.s.latest_ms(last_end))
+        arrival = F.col(arrived).cast("timestamp")
+        start = F.lit(self.intervals[0].start.replace(tzinfo=dt.timezone.utc))
+        index = placed(arrived, self.intervals)
+        frame = checked.frame.filter(arrival >= start).withColumn(INTERVAL, index)
+        frame = frame.filter(F.col(INTERVAL) < len(self.intervals))
+        checked = dataclasses.replace(checked, frame=frame)
+
+        def summarize() -> dict[int, dict]:
+            rows = frame.groupBy(INTERVAL).agg(*checked.summary()).collect()
+            return {r[INTERVAL]: r.asDict() for r in rows}
+
+        (self.seen, self.rows), summaries = self.steps.concurrently(
+            {"reading the ledger": lambda: self.ledgers.read(self.t.state), "validating the input": summarize}
+        )
+        if self.seen == ledger.NO_LEDGER and upgrade.upgrade(self.s.spark, self.p.name, self.t):
+            self.seen, self.rows = self.ledgers.read(self.t.state)
+        committed = ledger.committed_rows(self.rows)
+        self.last = committed[-1] if committed else None
+        self.seq = self.last.seq + 1 if self.last else 1
+        check_drift(self.p, self.batch_id, input_df, self.last.input_schema if self.last else None)
+        return checked, summaries
+
+    def _committed_of(self, summaries: dict[int, dict]) -> list[BatchResult]:
+        """The chunk's results when every interval is committed already with the same input (a
+        retry beside a first attempt that committed); a ``FingerprintMismatchError`` naming an
+        interval committed with other input. Empty when none is committed; a chunk whose first
+        intervals only are committed is refused by ``_check`` (its first id is not above the last)."""
+        by_id = {r.batch_id: r for r in ledger.committed_rows(self.rows)}
+        done = []
+        for k, iv in enumerate(self.intervals):
+            row = by_id.get(iv.batch_id)
+            if row is None:
+                return []
+            given = fingerprint(summaries.get(k) or {"n": 0, "h": None})
+            if row.fingerprint != given:
+                raise FingerprintMismatchError(
+                    f"pipeline {self.p.name!r}, batch {iv.batch_id!r}: already committed (seq {row.seq}) with "
+                    f"different input (fingerprint {row.fingerprint} != {given}). Committed batches are "
+                    "immutable; use replay to re-run a historical range."
+                )
+            done.append(result_of(self.p, row, "already committed"))
+        return done
+
+    def _validate(self, checked: CheckedInput, summaries: dict[int, dict]) -> tuple[list[BatchInput], BatchInput]:
+        """Each interval's input validated as a batch of its own would be (an ``InputError``
+        names the first interval that fails), and the chunk's as a whole."""
+        self.steps.step = "validating the input"
+        each = []
+        for k, iv in enumerate(self.intervals):
+            one = dataclasses.replace(checked, batch_id=iv.batch_id, frame=checked.frame.filter(F.col(INTERVAL) == k))
+            each.append(one.validated(summaries.get(k) or _empty(checked)))
+        total = _empty(checked)
+        for row in summaries.values():
+            for name, value in row.items():
+                if name == INTERVAL or value is None:
+                    continue
+                previous = total[name]
+                total[name] = value if previous is None else _combine(name, previous, value)
+        return each, checked.validated(total)
+
+    def _stream_times(self, each: list[BatchInput]) -> list[tuple[int | None, int | None]]:
+        """Stream time before and after each interval, as its batch would have: the largest
+        event time so far, with the pipeline's idle advance at each interval's end."""
+        times, before = [], self.last.stream_time if self.last else None
+        for iv, inp in zip(self.intervals, each):
+            candidates = [before, inp.max_ts]
+            if self.p.idle_advance_ms is not None:
+                candidates.append(to_epoch_millis(iv.end) - self.p.idle_advance_ms)
+            after = max((t for t in candidates if t is not None), default=None)
+            times.append((before, after))
+            before = after
+        return times
+
+    # ---- 2. the plan, counted per interval ------------------------------------------------------
+    def _plan(
+        self, inp: BatchInput, each: list[BatchInput], times: list[tuple[int | None, int | None]], kept: Kept
+    ) -> tuple[Plan, list[Counted], DataFrame]:
+        """Plan the chunk as one batch whose records are judged against the stream time before
+        each (``lateness="record"``, arrival order: interval first) or before their interval
+        (``"batch"``); each closed window goes to the interval whose stream time after it first
+        reached the window's close time. Counted per interval in one query."""
+        s, p, w = self.s, self.p, self.p.windows
+        assert isinstance(w, TimeWindows) and self.seen is not None  # chunk_refusal; read in step 1
+        stb = self.last.stream_time if self.last else None
+        befores = [NO_TIME if b is None else b for b, _ in times]
+        afters = [NO_TIME if a is None else a for _, a in times]
+        records = self._with_stream_time(inp, stb, befores)
+        batch = Batch(
+            pipeline=p,
+            seq=self.seq,
+            records=records,
+            stream_time_before=stb,
+            stream_time=times[-1][1],
+            state=state.windows(s.spark, self.t.state, self.seen.version),
+            bucket_ms=s.bucket_ms,
+            keep=kept,
+            event_times=(inp.min_ts, inp.max_ts) if inp.min_ts is not None and inp.max_ts is not None else None,
+            input_columns=inp.columns,
+        )
+        effect = plans.effect_of(batch)
+        closing = first_reaching(w.close(F.col("window_end")), afters)
+        results = kept(effect.results.withColumn(INTERVAL, closing))
+        effect = dataclasses.replace(effect, results=results, closed=results)
+        ids = [iv.batch_id for iv in self.intervals]
+        rows_out = sinks.shape(p, results, pick(F.col(INTERVAL), ids), pick(F.col(INTERVAL), afters))
+        n = len(self.intervals)
+        assert effect.opened is not None  # time windows count the windows they open
+        tally = tallied(
+            {
+                "closed": _per_interval(results, {"n": F.count(F.lit(1))}),
+                "emitted": _per_interval(rows_out, {"n": F.count(F.lit(1))}),
+                "opened": _per_interval(effect.opened, {"n": F.count(F.lit(1))}),
+                "counters": _per_interval(effect.counted, effect.counters),
+                "open": effect.open_windows.agg(F.count(F.lit(1)).alias("n")),
+            }
+        )
+        closed, emitted, opened = (_by_interval(tally[name], n, "n", 0) for name in ("closed", "emitted", "opened"))
+        counters = [
+            {name: _by_interval(tally["counters"], n, name, None)[k] for name in effect.counters} for k in range(n)
+        ]
+        open_after = tally["open"]["n"]
+        open_before = self.last.windows_open if self.last and self.last.windows_open is not None else None
+        if open_before is None:  # no count recorded (no batch yet, or an old ledger): from the count after
+            open_before = open_after - sum(opened) + sum(closed)
+        per_interval, open_now = [], open_before
+        for k, (one, (_, after)) in enumerate(zip(each, times)):
+            open_now += opened[k] - closed[k]
+            per_interval.append(
+                Counted(
+                    counts=counters[k],
+                    records_in=one.count,
+                    rejected=one.rejected,
+                    emitted=emitted[k],
+                    closed=closed[k],
+                    windows_open=open_now,
+                    stream_time=after,
+                )
+            )
+        planned = Plan(
+            effect=effect,
+            input=inp,
+            stream_time=times[-1][1],
+            counts={},
+            closed=sum(closed),
+            emitted=sum(emitted),
+            windows_open=open_now,
+            buffered=None,
+            changed_buckets=None,
+        )
+        return planned, per_interval, rows_out
+
+    def _with_stream_time(self, inp: BatchInput, stb: int | None, befores: list[int]) -> DataFrame:
+        """The chunk's records with ``STREAM_BEFORE`` (and ``ARRIVAL``, interval first, where
+        the plan needs arrival order): never below the stream time before the record's interval,
+        which holds the idle advance of the intervals before it."""
+        p, frame, before = self.p, inp.frame, pick(F.col(INTERVAL), befores)
+        if not plans.needs_order(p):
+            return frame.withColumn(STREAM_BEFORE, before.cast("long"))
+        order = [INTERVAL, *arrival_order(frame, TS, p.arrival, p.keys)]
+        parallelism = max(1, min(self.s.partitions, inp.count // SCAN_RECORDS_PER_PARTITION))
+        seq = F.lit(self.seq) + F.col(INTERVAL)
+        per_record = p.lateness == "record"
+        records, _ = with_stream_time(frame, order, TS, seq, stb, per_record, parallelism, inp.max_ts)
+        judged = F.greatest(STREAM_BEFORE, before) if per_record else before
+        return records.withColumn(STREAM_BEFORE, judged.cast("long"))
+
+    # ---- 5. the commit point: a ledger row per interval -----------------------------------------
+    def _commit_chunk(
+        self,
+        planned: Plan,
+        each: list[BatchInput],
+        times: list[tuple[int | None, int | None]],
+        written: dict[str, int | None],
+        values: list[dict],
+    ) -> list[LedgerRow]:
+        """Mark what to publish, then commit the state change, a ledger row per interval and the
+        late and rejected records, each under its interval's batch, in one commit."""
+        from .publication import Manifest, mark
+
+        mark(self.s.spark, self.staging, Manifest(tuple(n for n in ("output",) if n in written), self.schemas))
+        assert self.seen is not None  # read in step 1
+        at = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+        ids = [iv.batch_id for iv in self.intervals]
+        batch_id, seq = pick(F.col(INTERVAL), ids), F.lit(self.seq) + F.col(INTERVAL)
+        late = None
+        if any(v.get("late_records") for v in values):
+            late = self._late_records(planned.effect.late, batch_id, seq)
+        rows = []
+        for k, (iv, inp, (before, after), v) in enumerate(zip(self.intervals, each, times, values)):
+            rows.append(
+                LedgerRow(
+                    seq=self.seq + k,
+                    batch_id=iv.batch_id,
+                    status=Status.COMMITTED.value,
+                    attempt=self.attempt,
+                    fingerprint=inp.fingerprint,
+                    records_in=inp.count,
+                    stream_time_before=before,
+                    stream_time=after,
+                    # the state before an interval inside the chunk was never a version: a replay
+                    # starts at the chunk's first interval (``replay``'s restore points)
+                    state_version=self.seen.version if self.seen.exists and k == 0 else None,
+                    input_schema=inp.schema_json,
+                    definition=definition(self.p),
+                    at=at,
+                    buffer_version=self._base("buffer"),
+                    windows_open=v.get("windows_open"),
+                    metrics=json.dumps({name: x for name, x in v.items() if name != "stream_time"}),
+                    late_schema=late.schema.simpleString() if late is not None and v.get("late_records") else None,
+                    interval_start=to_epoch_millis(iv.start),
+                    interval_end=to_epoch_millis(iv.end),
+                    fence=self.seen.next_fence,
+                    bucket_ms=self.s.bucket_ms,
+                )
+            )
+        bookkeeping = ledger.to_frame(self.s.spark, rows)
+        if late is not None:
+            bookkeeping = bookkeeping.unionByName(entries.to_rows(late, F.col("seq"), LATE_BUCKET))
+        rejected = rejected_records(planned.input, batch_id, seq)
+        if rejected is not None:
+            bookkeeping = bookkeeping.unionByName(entries.to_rows(rejected, F.col("seq"), REJECTED_BUCKET))
+        self._write_point("commit_point", lambda: self._commit_point(rows, planned, bookkeeping))
+        return rows
+
+
+def _micros(t: dt.datetime) -> int:
+    return to_epoch_millis(t) * 1000
+
+
+def _empty(checked: CheckedInput) -> dict:
+    """``CheckedInput.summary``'s row of an interval without records."""
+    return {"n": 0, "rejected": 0, "max_ts": None, "min_ts": None, "h": None} | {
+        f"failed_{i}": 0 for i in range(len(checked.checks))
+    }
+
+
+def _combine(name: str, a, b):
+    """Two intervals' summary values as one summary of both."""
+    return max(a, b) if name == "max_ts" else min(a, b) if name == "min_ts" else a + b
+
+
+def _per_interval(df: DataFrame, exprs: dict[str, Column]) -> DataFrame:
+    """``exprs`` aggregated per ``INTERVAL`` of ``df``, as one row (for ``tallied``)."""
+    grouped = df.groupBy(INTERVAL).agg(*[v.alias(k) for k, v in exprs.items()])
+    return grouped.agg(F.collect_list(F.struct(INTERVAL, *exprs)).alias("rows"))
+
+
+def _by_interval(row: dict, n: int, name: str, missing):
+    """``_per_interval``'s value ``name`` for each of the ``n`` intervals (``missing`` where an
+    interval has no rows)."""
+    values = [missing] * n
+    for r in row["rows"] or ():
+        if r.get(INTERVAL) is not None and 0 <= r[INTERVAL] < n:
+            values[r[INTERVAL]] = r.get(name, missing)
+    return values
+
+
+CHUNK_RECORDS = 2_000_000  # records a chunk holds at most by default (an interval holding more is a chunk)
+
+
+def placed(arrived: str, intervals: list[Interval]) -> Column:
+    """The index of the interval of ``intervals`` (consecutive) a record's ``arrived`` time
+    falls in; ``len(intervals)`` after the last (records before the first are not asked)."""
+    return first_reaching(F.unix_micros(F.col(arrived).cast("timestamp")) + 1, [_micros(iv.end) for iv in intervals])
+
+
+def split(intervals: list[Interval], records: list[int], committed: set[str], bound: int) -> list[list[Interval]]:
+    """Consecutive ``intervals`` (holding ``records`` each) in chunks of at most ``bound``
+    records (an interval holding more is a chunk of its own), committed intervals apart from
+    the others: a chunk is all committed (each reports 'already committed') or none is."""
+    out: list[list[Interval]] = []
+    size = 0
+    for iv, n in zip(intervals, records):
+        fits = out and size + n <= bound and (iv.batch_id in committed) == (out[-1][0].batch_id in committed)
+        if fits:
+            out[-1].append(iv)
+            size += n
+        else:
+            out.append([iv])
+            size = n
+    return out
