@@ -14,13 +14,22 @@ import json
 import tempfile
 import uuid
 
+import pytest
 import reference as ref
 from harness import AGGREGATES, expected, in_parallel, results, rows_of
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from framework import BufferConfig, Pipeline, Runtime, Suppressed, TimeWindows
+from framework import (
+    BufferConfig,
+    ConcurrentBatchError,
+    FingerprintMismatchError,
+    Pipeline,
+    Runtime,
+    Suppressed,
+    TimeWindows,
+)
 from framework.operations.chunk import Interval
 from framework.storage import tables
 
@@ -68,10 +77,8 @@ def _landing(spark, split, keyless: int | None):
 
 
 def _intervals(n):
-    return [
-        Interval(f"{T0 + dt.timedelta(hours=i):%Y-%m-%dT%H}", T0 + dt.timedelta(hours=i), T0 + dt.timedelta(hours=i + 1))
-        for i in range(n)
-    ]
+    hour = dt.timedelta(hours=1)
+    return [Interval(f"{T0 + i * hour:%Y-%m-%dT%H}", T0 + i * hour, T0 + (i + 1) * hour) for i in range(n)]
 
 
 def _tables(rt, p):
@@ -98,8 +105,13 @@ def _check(spark, kind, lateness, data, keyless=None, steps=False):
 
     def pipeline(label):
         p = (
-            Pipeline(f"{kind}_{label}_{uuid.uuid4().hex[:8]}", timestamp="ts", arrival="seq", lateness=lateness,
-                     bad_records="quarantine")
+            Pipeline(
+                f"{kind}_{label}_{uuid.uuid4().hex[:8]}",
+                timestamp="ts",
+                arrival="seq",
+                lateness=lateness,
+                bad_records="quarantine",
+            )
             .group_by("k")
             .windowed_by(make(grace))
             .aggregate(*AGGREGATES)
@@ -153,3 +165,99 @@ test_tumbling_record = _property("tumbling", "record")
 test_hopping_record = _property("hopping", "record")
 test_tumbling_batch = _property("tumbling", "batch")
 test_hopping_batch_with_steps_and_rejects = _property("hopping", "batch", keyless=2, steps=True)
+
+
+# ---- exactly once, chunk by chunk ---------------------------------------------------------------
+SPLIT = [
+    [("A", 1, 1), ("B", 2, 2)],
+    [("A", 12, 3), ("A", 25, 4)],
+    [("A", 3, 5), ("B", 14, 6)],  # ts 3 is late: a late record
+    [],
+    [("B", 31, 7), ("A", 70, 8)],
+]
+
+
+class Crash(Exception):
+    pass
+
+
+def _pipeline(name):
+    return (
+        Pipeline(name, timestamp="ts", arrival="seq")
+        .group_by("k")
+        .windowed_by(TimeWindows.of_size_and_grace(10, 2))
+        .aggregate(*AGGREGATES)
+        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+        .to("out")
+    )
+
+
+def _one_by_one(spark, lake, p, intervals):
+    rt = Runtime(spark.newSession(), lake, quality=False)
+    landing = _landing(rt.spark, SPLIT, None)
+    for iv in intervals:
+        mine = landing.filter((F.col("arrived") >= iv.start) & (F.col("arrived") < iv.end))
+        rt.run_batch(p, iv.batch_id, mine, batch_end=iv.end, batch_start=iv.start)
+    return _tables(rt, p)
+
+
+def test_a_crash_at_every_write_of_a_chunk_then_maintenance_then_the_range_again_equals_one_by_one(spark, tmp_path):
+    """The first interval runs alone; the other four as one chunk that crashes before one of its
+    writes, an ``OPTIMIZE`` of its state lands, and the range runs again: it resumes after the
+    last committed interval (all of them, when the crash came after the commit point) and every
+    table is that of a run of the intervals one by one."""
+    intervals, p = _intervals(len(SPLIT)), _pipeline("chunk_crash")
+    reference = _one_by_one(spark, str(tmp_path / "one"), p, intervals)
+
+    def crash_at(point):
+        lake = str(tmp_path / point)
+
+        def fail(at):
+            if at == point:
+                raise Crash(point)
+
+        first = Runtime(spark.newSession(), lake, quality=False)
+        first.run_range(p, intervals[:1], _landing(first.spark, SPLIT, None), "arrived")
+        crashing = Runtime(spark.newSession(), lake, quality=False, before_write=fail)
+        try:
+            crashing.run_range(p, intervals, _landing(crashing.spark, SPLIT, None), "arrived")
+            raise AssertionError(f"no crash before {point!r}")
+        except Crash:
+            pass
+        rt = Runtime(spark.newSession(), lake, quality=False)
+        rt.spark.sql(f"OPTIMIZE delta.`{rt.tables(p).state}`")  # maintenance between the crash and the re-run
+        again = rt.run_range(p, intervals, _landing(rt.spark, SPLIT, None), "arrived")
+        resumed = 5 if point == "publish" else 1  # the chunk committed, or only the interval before it
+        assert [r.status for r in again] == ["already committed"] * resumed + ["committed"] * (5 - resumed), point
+        return point, _tables(rt, p)
+
+    for point, found in in_parallel([lambda pt=pt: crash_at(pt) for pt in ("output", "commit_point", "publish")], 2):
+        assert found == reference, f"crash before {point!r}"
+
+
+def test_an_interval_of_a_committed_chunk_run_alone_and_two_ranges_at_once(spark, tmp_path):
+    """Two runs of the range at once (a retry beside a live first attempt): one commits each
+    chunk, the other fails cleanly or finds it committed, and the tables are those of one run.
+    An interval of the committed chunk run alone reports 'already committed' with the same
+    input and a ``FingerprintMismatchError`` naming it with other input."""
+    intervals, p, lake = _intervals(len(SPLIT)), _pipeline("chunk_race"), str(tmp_path / "race")
+    reference = _one_by_one(spark, str(tmp_path / "one"), p, intervals)
+
+    def attempt():
+        rt = Runtime(spark.newSession(), lake, quality=False)
+        try:
+            return [r.status for r in rt.run_range(p, intervals, _landing(rt.spark, SPLIT, None), "arrived")]
+        except ConcurrentBatchError as e:
+            return str(e)
+
+    outcomes = in_parallel([attempt, attempt])
+    assert ["committed"] * 5 in outcomes, outcomes
+    rt = Runtime(spark.newSession(), lake, quality=False)
+    assert rt.run_range(p, intervals, _landing(rt.spark, SPLIT, None), "arrived")[2].status == "already committed"
+    assert _tables(rt, p) == reference
+    landing, third = _landing(rt.spark, SPLIT, None), intervals[2]
+    mine = landing.filter((F.col("arrived") >= third.start) & (F.col("arrived") < third.end))
+    alone = rt.run_batch(p, third.batch_id, mine, batch_end=third.end, batch_start=third.start)
+    assert (alone.status, alone.seq) == ("already committed", 3)
+    with pytest.raises(FingerprintMismatchError, match=third.batch_id):
+        rt.run_batch(p, third.batch_id, mine.withColumn("v", F.col("v") + 1), batch_end=third.end)

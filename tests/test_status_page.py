@@ -43,7 +43,7 @@ PIPELINE = (
 """
 PROGRESS = re.compile(
     r"finalresults: (backfill|replay) user_alerts: (\d+)/(\d+) intervals, (?:\d+ min )?\d+ s elapsed"
-    r"(, about (?:\d+ min )?\d+ s left)?"
+    r"(?: \(([^)]+)\))?(, about (?:\d+ min )?\d+ s left)?"
 )
 
 
@@ -112,12 +112,14 @@ def test_backfill_and_replay_report_progress_on_stderr_and_backfill_ends_with_a_
         r"records in [\d,]+, emitted [\d,]+",
         out[-1],
     )
-    for (code, out, err), command, total in ((lake.backfill, "backfill", 3), (lake.replay, "replay", 2)):
+    for (code, out, err), command, done in ((lake.backfill, "backfill", [3]), (lake.replay, "replay", [1, 2])):
         assert code == 0 and out, err
         matches = [PROGRESS.fullmatch(line) for line in err]
         assert all(matches), err
-        assert [(m[1], int(m[2]), int(m[3])) for m in matches] == [(command, n, total) for n in range(1, total + 1)]
-        assert all(m[4] for m in matches[:-1]) and not matches[-1][4]  # time left, until the last
+        assert [(m[1], int(m[2]), int(m[3])) for m in matches] == [(command, n, done[-1]) for n in done]
+        assert all(m[5] for m in matches[:-1]) and not matches[-1][5]  # time left, until the last
+    # the backfill's three hours ran as one chunk: one line, naming them
+    assert PROGRESS.fullmatch(lake.backfill[2][0])[4] == "2026-01-01T00:00:00..2026-01-01T02:00:00: one chunk"
 
 
 def test_page_has_a_section_per_pipeline_and_says_when_there_is_nothing_to_chart(lake):

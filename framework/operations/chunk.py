@@ -8,8 +8,8 @@ fingerprint of its own records, stream time before and after it, its own metrics
 carry the ``emitted_batch_id`` and ``emitted_stream_time`` of the interval that closed them.
 Why that is the per-interval run's outcome, exactly: docs/design.md#chunks.
 
-``chunk_refusal`` says which pipelines run this way so far; ``ranges.run_range`` splits a range
-into chunks and runs the others interval by interval.
+``chunk_refusal`` says which pipelines run this way so far; ``Runtime.run_range`` splits a range
+into chunks (``split``) and runs the others interval by interval.
 """
 
 from __future__ import annotations

@@ -215,9 +215,10 @@ def _check_restore_points(
     if before is not None:
         if first.state_version is None:
             raise ReplayError(
-                f"{where}: the window state before batch {first.batch_id!r} is not kept: the batch was replayed "
-                "inside a longer range, or committed before the pipeline's upgrade to the _state table. Replay "
-                f"from the first batch of that range, or from a later batch (the range asked: {ids[0]!r}..{ids[-1]!r})"
+                f"{where}: the window state before batch {first.batch_id!r} is not kept: the batch ran inside a "
+                "chunk of a backfill, was replayed inside a longer range, or committed before the pipeline's upgrade "
+                "to the _state table. Replay from the first batch of that chunk or range, or from a later batch "
+                f"(the range asked: {ids[0]!r}..{ids[-1]!r})"
             )
         _check_available(spark, where, "_state", t.state, first.state_version)
         buffer = state.buffer_path(t, p)

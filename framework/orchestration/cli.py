@@ -34,6 +34,7 @@ from ..errors import FrameworkError, PublicationError, QualityGateError
 from .console import JAVA_OPTIONS, default_log, quiet_session
 from .jobs import (
     JobError,
+    backfill_intervals,
     batch_id,
     check_interval,
     gate_summary,
@@ -124,10 +125,12 @@ class _Progress:
     def __init__(self, what: str):
         self.what, self.started, self.worked = what, time.monotonic(), 0
 
-    def __call__(self, done: int, total: int, worked: bool = True) -> None:
+    def __call__(self, done: int, total: int, worked: bool = True, chunk: str | None = None) -> None:
         self.worked += worked
         elapsed = time.monotonic() - self.started
         line = f"finalresults: {self.what}: {done}/{total} intervals, {_duration(elapsed)} elapsed"
+        if chunk is not None:  # what the intervals that just ended ran as
+            line += f" ({chunk})"
         if done < total and self.worked:
             line += f", about {_duration(elapsed / self.worked * (total - done))} left"
         print(line, file=sys.stderr, flush=True)
@@ -207,23 +210,39 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 def _backfill(
     spark: SparkSession, job: ModuleType, todo: list, args: argparse.Namespace, progress: _Progress, committed: list
 ):
-    """The batches of the intervals ``todo`` in order, a line each; a failure says where it stopped."""
-    results = []
-    for n, (start, end) in enumerate(todo, 1):
-        try:
-            result = run_interval(
-                spark, job.PIPELINE, job.LANDING, start, end, args.warehouse, args.landing, args.catalog, job=args.job
-            )
-        except FrameworkError as e:  # the same error, its message saying where the backfill stopped
-            e.args = (
-                f"{e} (backfill stopped at batch {batch_id(start)}; earlier batches are committed "
-                "and are skipped when the backfill is run again)",
-            )
-            raise
-        print(summary(result), flush=True)
-        progress(n, len(todo), worked=result.status == "committed")
-        results.append(result)
-        committed.append(result.status == "committed")
+    """The batches of the intervals ``todo`` in order, in chunks (``backfill_intervals``): a line
+    per interval, a progress line per chunk; a failure says where it stopped."""
+    results: list[BatchResult] = []
+
+    def ran(done: list[BatchResult], how: str) -> None:
+        for result in done:
+            print(summary(result), flush=True)
+        results.extend(done)
+        worked = [r.status == "committed" for r in done]
+        committed.extend(worked)
+        chunk = f"{done[0].batch_id}..{done[-1].batch_id}: {how}"
+        progress(len(results), len(todo), worked=any(worked), chunk=chunk)
+
+    try:
+        backfill_intervals(
+            spark,
+            job.PIPELINE,
+            job.LANDING,
+            todo,
+            args.warehouse,
+            args.landing,
+            args.catalog,
+            args.chunk_records,
+            ran,
+            job=args.job,
+        )
+    except FrameworkError as e:  # the same error, its message saying where the backfill stopped
+        stopped = batch_id(todo[len(results)][0]) if len(results) < len(todo) else "its end"
+        e.args = (
+            f"{e} (backfill stopped at batch {stopped}; earlier batches are committed "
+            "and are skipped when the backfill is run again)",
+        )
+        raise
     return results
 
 
@@ -386,6 +405,13 @@ def _boolean(text: str) -> bool:
     return value in ("true", "1", "yes")
 
 
+def _positive(text: str) -> int:
+    """A whole number of at least 1 (``--chunk-records``)."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
 def _paths(p: argparse.ArgumentParser, landing: bool = False) -> None:
     """``--warehouse`` (and ``--landing``), defaults from the environment."""
     warehouse = os.environ.get("FINALRESULTS_WAREHOUSE", "var/warehouse")
@@ -460,6 +486,13 @@ def _batch_commands(commands) -> None:
     _interval(backfill, "first interval start, ISO timestamp", "last interval end, ISO timestamp", end_required=True)
     _batches(backfill)
     _every(backfill)
+    backfill.add_argument(
+        "--chunk-records",
+        type=_positive,
+        metavar="N",
+        help="records a chunk of intervals holds at most: each chunk is one Spark batch and one commit, "
+        "every interval still recorded as its own batch (default: 2,000,000; 1: one batch per interval)",
+    )
     replay = _command(
         commands,
         "replay",

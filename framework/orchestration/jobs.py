@@ -196,6 +196,35 @@ def run_interval(
         raise (e.for_job(job) if job else e) from None
 
 
+def backfill_intervals(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    table: str,
+    todo: list[tuple[dt.datetime, dt.datetime]],
+    warehouse: str,
+    landing: str,
+    catalog: str | None = None,
+    chunk_records: int | None = None,
+    progress: Callable[[list[BatchResult], str], None] | None = None,
+    job: str | None = None,
+) -> list[BatchResult]:
+    """Run the consecutive intervals ``todo`` of ``pipeline`` from landing ``table``: one read
+    of the landing records of the whole range, run in chunks of at most ``chunk_records``
+    records (``Runtime.run_range``: each interval recorded as its own batch), or interval by
+    interval for a pipeline a chunk cannot count; ``progress(results, how)`` after each chunk."""
+    from ..operations.chunk import CHUNK_RECORDS, Interval
+    from ..operations.runtime import Runtime
+
+    records = read_landing(spark, landing, table, todo[0][0], todo[-1][1])
+    intervals = [Interval(batch_id(s), s, e) for s, e in todo]
+    try:
+        return Runtime(spark, warehouse, catalog=catalog).run_range(
+            pipeline, intervals, records, INGEST_TIME, chunk_records or CHUNK_RECORDS, progress=progress
+        )
+    except SkippedIntervalError as e:
+        raise (e.for_job(job) if job else e) from None
+
+
 def replay_intervals(
     spark: SparkSession,
     pipeline: Pipeline,
