@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from harness import frame
+from pyspark.sql import functions as F
 from test_exactly_once import BATCHES, Crash, pipeline, run, snapshot
 
 from framework import (
@@ -220,6 +221,32 @@ def test_an_overflow_found_while_planning_fails_cleanly_and_corrected_input_runs
         rt.run_batch(p, "b0", frame(spark, [("A", 1, huge), ("A", 2, huge), ("A", 30, 1)]))
     assert rt.run_batch(p, "b0", frame(spark, [("A", 1, 1), ("A", 2, 2), ("A", 30, 1)])).status == "committed"
     assert [(r.k, r.total) for r in rt.read_output(p).collect()] == [("A", 3)]
+
+
+def test_spark_failing_while_a_rerun_s_input_is_checked_is_named_so(spark, warehouse):
+    """A committed batch id run again with input that fails in Spark while it is read (here when
+    its fingerprint is computed, in the check against the ledger row): the error names that
+    check and says the batch stands committed, not that a publication failed (as it did when
+    errors were told apart by the text of their step)."""
+    p = (
+        Pipeline("rerun_check", timestamp="ts", arrival="seq", lateness="batch")
+        .group_by("k")
+        .windowed_by(TimeWindows.of_size_and_grace(10, 0))
+        .aggregate(agg.sum("v", "total"))
+        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+        .to("out")
+    )
+    rt, batch = Runtime(spark, warehouse, quality=False), [("A", 1, 1), ("A", 30, 2)]
+    assert rt.run_batch(p, "b0", frame(spark, batch)).status == "committed"
+    failing = frame(spark, batch).withColumn(
+        "v", F.when(F.col("v") > 1, F.raise_error(F.lit("boom"))).otherwise(F.col("v"))
+    )
+    with pytest.raises(BatchFailedError) as failure:
+        rt.run_batch(p, "b0", failing)
+    message = str(failure.value)
+    assert "failed while checking the input against committed batch 'b0' (seq 1)" in message, message
+    assert "committed already; nothing was written" in message and "stay staged" not in message, message
+    assert rt.run_batch(p, "b0", frame(spark, batch)).status == "already committed"
 
 
 def test_a_crashed_attempt_reruns_with_corrected_input(spark, warehouse, tmp_path_factory):

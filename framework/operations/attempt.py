@@ -46,7 +46,7 @@ from ..storage.ledger import LedgerRow, Status
 from .planning import Kept, Plan, batch_metrics, definition, plan, read_in_one_pass, reads_in_one_pass
 from .publication import Manifest, finish, mark
 from .settings import Settings
-from .steps import Steps
+from .steps import Phase, Steps
 
 if TYPE_CHECKING:
     from .quality import Report
@@ -114,7 +114,6 @@ class BatchAttempt:
         self.rows: list[LedgerRow] = []  # its rows then
         self.last: LedgerRow | None = None  # the last committed batch
         self.seq = 0  # this batch's, once the ledger is read
-        self.committed = False  # whether its commit point landed: from then on, errors say so
         self.interval: tuple[dt.datetime, dt.datetime | None] | None = None  # a job's data interval
         self.allow_gap = False
         self.schemas: dict[str, str] = {}  # of the rows it staged, by name
@@ -140,33 +139,42 @@ class BatchAttempt:
         return self._guarded(lambda: self._run(input_df, batch_end))
 
     def _guarded(self, work: Callable[[], T]) -> T:
-        """``work``, its Spark errors and lock timeouts reported as ``run`` says."""
+        """``work``, its Spark errors and lock timeouts reported by the ``Phase`` they came in."""
         try:
             return work()
         except CommitLockTimeout as e:  # another writer is inside its commit, or frozen there
-            where, step = self.steps.where, self.steps.step
-            if self.committed:
-                raise self._unpublished(f"waited while {step}: {e}") from e
-            staged = step.startswith("publishing")  # the last committed batch, before this one ran
-            raise ConcurrentBatchError(
-                f"{where}: waited while {step}: {e}. "
-                + ("The committed batch's rows stay staged. " if staged else "")
-                + "This batch is not committed; re-run it once that writer has ended: it runs again or "
-                "reports 'already committed'."
-            ) from e
+            raise self._failed(f"waited while {self.steps.step}: {e}", waited=True) from e
         except (classic.JavaError, PySparkException) as e:
-            where, step = self.steps.where, self.steps.step
-            if self.committed:
-                raise self._unpublished(f"failed while {step}: {first_line(e)}") from e
-            if step.startswith("publishing"):  # the last committed batch, before this one ran
-                raise BatchFailedError(
-                    f"{where}: failed while {step}: {first_line(e)}. The committed batch's rows stay staged; "
-                    "the next run of any batch of the pipeline publishes them once the cause is fixed."
-                ) from e
-            raise BatchFailedError(
-                f"{where}: failed while {step}: {first_line(e)}. The batch is not committed; fix the "
-                "cause (see the chained Spark error) and re-run it."
-            ) from e
+            raise self._failed(f"failed while {self.steps.step}: {first_line(e)}", waited=False) from e
+
+    def _failed(self, what: str, waited: bool) -> FrameworkError:
+        """The error of a failure ``what`` in the current phase: a lock wait that timed out is
+        a ``ConcurrentBatchError`` (re-run once that writer ended), a Spark error a
+        ``BatchFailedError`` (fix the cause), either a ``PublicationError`` once committed."""
+        where, phase = self.steps.where, self.steps.phase
+        if phase is Phase.COMMITTED:
+            return self._unpublished(what)
+        error = ConcurrentBatchError if waited else BatchFailedError
+        after = "once that writer has ended" if waited else "once the cause is fixed (see the chained error)"
+        if phase is Phase.RERUN:
+            return error(
+                f"{where}: {what}. This batch id is committed already; nothing was written. Re-run it {after}: it "
+                "reports 'already committed' with the same input, or a FingerprintMismatchError with other input."
+            )
+        staged = ""
+        if phase is Phase.PREVIOUS:  # the last committed batch, before this one ran
+            staged = "The last committed batch's rows stay staged; the next run of any batch of the pipeline " + (
+                "publishes them. "
+            )
+        if waited:
+            return error(
+                f"{where}: {what}. {staged}This batch is not committed; re-run it once that writer has ended: it "
+                "runs again or reports 'already committed'."
+            )
+        return error(
+            f"{where}: {what}. {staged}This batch is not committed; fix the cause (see the chained Spark error) "
+            "and re-run it."
+        )
 
     def _run(self, input_df: DataFrame, batch_end: dt.datetime | None) -> BatchResult:
         """The protocol's steps (see the module docstring), in order."""
@@ -238,14 +246,17 @@ class BatchAttempt:
 
     def _finish_previous(self) -> list[str]:
         """Publish the last committed batch if still staged; the staging folders of later attempts."""
-        self.steps.step = "publishing the last committed batch"
-        return finish(self.steps, self.p, self.t, self.last)
+        self.steps.enter(Phase.PREVIOUS, "publishing the last committed batch")
+        left = finish(self.steps, self.p, self.t, self.last)
+        self.steps.enter(Phase.BATCH, "checking the batch")
+        return left
 
     def _already_committed(self, inp: BatchInput | CheckedInput) -> BatchResult | None:
         """A committed batch id: what it did (same input), or a loud error (other input)."""
         done = next((r for r in reversed(ledger.committed_rows(self.rows)) if r.batch_id == self.batch_id), None)
         if done is None:
             return None
+        self.steps.enter(Phase.RERUN, f"checking the input against committed batch {done.batch_id!r} (seq {done.seq})")
         if isinstance(inp, CheckedInput):  # not read yet
             inp = inp.read()
         if done.fingerprint != inp.fingerprint:
@@ -401,7 +412,7 @@ class BatchAttempt:
                 raise
             if point == "commit_point":
                 raise self._fenced_out() from e
-            if self.committed:
+            if self.steps.phase is Phase.COMMITTED:
                 raise self._unpublished(
                     f"another writer changed {point!r} at the same time, {writes.RETRIES} times"
                 ) from e
@@ -492,7 +503,7 @@ class BatchAttempt:
         if made is None:
             raise self._fenced_out()
         self.ledgers.appended(path, seen, self.rows, commit if isinstance(commit, list) else [commit], made)
-        self.committed = True
+        self.steps.enter(Phase.COMMITTED, "publishing the batch")
 
     def _unpublished(self, what: str) -> PublicationError:
         """The error of a publication cut short after this attempt's commit point."""
