@@ -62,7 +62,7 @@ def test_backfill_status_validate(spark, tmp_path, capsys, monkeypatch):
     assert main(backfill) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line.split(": ")[1].split(" (")[0] for line in out[:-1]] == ["already committed"] * 3
-    assert ": 0 committed, 3 already committed; records in 0, emitted 0" in out[-1]
+    assert ": 0 committed, 3 already committed; records in 0, rows published 0" in out[-1]
 
     assert main(["status", "--warehouse", warehouse]) == 0
     status = capsys.readouterr().out

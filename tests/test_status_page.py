@@ -109,7 +109,7 @@ def test_backfill_and_replay_report_progress_on_stderr_and_backfill_ends_with_a_
     code, out, _ = lake.backfill
     assert re.fullmatch(
         r"backfill user_alerts: 3 interval\(s\) in (\d+ min )?\d+ s: 3 committed, 0 already committed; "
-        r"records in [\d,]+, emitted [\d,]+",
+        r"records in [\d,]+, rows published [\d,]+",
         out[-1],
     )
     for (code, out, err), command, done in ((lake.backfill, "backfill", [3]), (lake.replay, "replay", [1, 2])):

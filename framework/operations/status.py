@@ -40,7 +40,8 @@ UNITS = {
 KEPT = 500  # batches a status keeps: the most recent ones (what the status page charts)
 QUALITY_RESULTS = "quality_results"  # the warehouse's table of expectation results (operations.quality)
 SNAPSHOT = "status.json"  # a job's status, left beside its gate outcome for the Airflow plugin
-SUMMED = ("records_in", "suppression_emit_total", "late_records")  # the metrics a status totals over all batches
+# the metrics a status totals over all batches
+SUMMED = ("records_in", "suppression_emit_total", "rows_published", "late_records")
 
 
 def scale(unit: str, value: float) -> tuple[int, str]:
@@ -141,7 +142,8 @@ def read(spark: SparkSession, warehouse: str, name: str) -> PipelineStatus:
     metrics = bookkeeping.read_metrics(spark, root) if last else None
     rows, count, totals = [], 0, {}
     if metrics is not None:
-        count, *sums = metrics.agg(F.count(F.lit(1)), *[F.sum(c) for c in SUMMED]).first() or (0,)
+        sums_of = [F.sum(c) if c in metrics.columns else F.lit(None) for c in SUMMED]  # a legacy table: fewer
+        count, *sums = metrics.agg(F.count(F.lit(1)), *sums_of).first() or (0,)
         totals = dict(zip(SUMMED, sums))
         rows = [r.asDict() for r in metrics.orderBy(F.desc("seq")).limit(KEPT).collect()][::-1]
     committed = [r["batch_id"] for r in rows]
@@ -231,7 +233,8 @@ def text(status: PipelineStatus, last: int = 5) -> str:
         t = status.totals
         lines.append(
             f"  all batches    {status.batch_count:,} batches, records in {shown('records_in', t['records_in'])}, "
-            f"emitted {shown('suppression_emit_total', t['suppression_emit_total'])}, "
+            f"windows emitted {shown('suppression_emit_total', t['suppression_emit_total'])}, "
+            f"rows published {shown('rows_published', t.get('rows_published'))}, "
             f"late {shown('late_records', t['late_records'])}"
         )
     if status.validation:
@@ -271,7 +274,8 @@ def _blocked_lines(status: PipelineStatus) -> list[str]:
 #: (heading, metrics column) of the per-batch lines of ``status``
 COLUMNS = [
     ("records in", "records_in"),
-    ("emitted", "suppression_emit_total"),
+    ("windows emitted", "suppression_emit_total"),
+    ("rows published", "rows_published"),
     ("late", "late_records"),
     ("dropped", "late_record_drop_total"),
     ("lateness max", "record_lateness_max"),
@@ -286,7 +290,7 @@ def _table(rows: list[dict]) -> list[str]:
             str(r["seq"]),
             r["batch_id"],
             (r["stream_time"] or "")[:19],
-            *(shown(c, r[c]) if r[c] is not None else "–" for _, c in COLUMNS),
+            *(shown(c, r.get(c)) if r.get(c) is not None else "–" for _, c in COLUMNS),
             g.describe() if (g := gate_of(r["gate"])) else "no rows to audit",
         ]
         for r in rows

@@ -31,7 +31,7 @@ ROWS = 20  # batches listed in a pipeline's table: the most recent ones (the cha
 #: (chart, metrics columns drawn in it)
 CHARTS: list[tuple[str, tuple[str, ...]]] = [
     ("records in", ("records_in", "rejected_records_total")),
-    ("emitted", ("suppression_emit_total",)),
+    ("emitted and published", ("suppression_emit_total", "rows_published")),
     ("late", ("late_record_drop_total", "late_records")),
     ("lateness", ("record_lateness_avg", "record_lateness_max")),
     ("windows", ("windows_open", "windows_closed")),
@@ -243,7 +243,7 @@ def chart(title: str, columns: list[str], rows: list[dict]) -> str:
     value; null values are not drawn. The y axis runs from 0 to just above the highest value, in
     the unit that value reads best in (``status.scale``)."""
     unit = UNITS.get(columns[0], "")
-    highest = max((r[c] for r in rows for c in columns if r[c] is not None), default=0)
+    highest = max((r[c] for r in rows for c in columns if r.get(c) is not None), default=0)
     per, unit = scale(unit, highest)
     step = _step(highest / per, whole=not unit)  # counts step by whole numbers
     top = max(step * math.ceil(highest / per / step), step)
@@ -261,9 +261,9 @@ def chart(title: str, columns: list[str], rows: list[dict]) -> str:
         line = f'stroke="{color}" stroke-width="1.5" stroke-dasharray="{dashes}"'
         caption.append(
             f'<span class="series-{i}"><svg width="18" height="8"><line x1="0" y1="4" x2="18" y2="4" '
-            f"{line}/></svg> {KIP_NAMES[c]} <b>{escape(shown(c, rows[-1][c]))}</b></span>"
+            f"{line}/></svg> {KIP_NAMES[c]} <b>{escape(shown(c, rows[-1].get(c)))}</b></span>"
         )
-        points = [(x(t), y(r[c]), r) for t, r in zip(times, rows) if r[c] is not None]
+        points = [(x(t), y(r[c]), r) for t, r in zip(times, rows) if r.get(c) is not None]
         dots = "".join(
             f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5"><title>'
             + escape(f"seq {r['seq']} · {r['batch_id']} · {r['stream_time'][:19]} · {shown(c, r[c])}")

@@ -202,7 +202,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     print(
         f"backfill {job.PIPELINE.name}: {len(results)} interval(s) in {_duration(time.monotonic() - progress.started)}"
         f": {len(ran)} committed, {len(results) - len(ran)} already committed; "
-        f"records in {sum(r.metrics.get('records_in') or 0 for r in ran):,}, emitted {sum(r.emitted for r in ran):,}"
+        f"records in {sum(r.metrics.get('records_in') or 0 for r in ran):,}, "
+        f"rows published {sum(r.emitted for r in ran):,}"
     )
     return 0
 

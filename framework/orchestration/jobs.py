@@ -262,7 +262,7 @@ def summary(result: BatchResult) -> str:
     """One line a person (or an Airflow log) reads to know what a batch did."""
     return (
         f"{result.pipeline} batch {result.batch_id}: {result.status} (seq {result.seq}), "
-        f"records in {result.metrics.get('records_in')}, emitted {result.emitted}, "
+        f"records in {result.metrics.get('records_in')}, rows published {result.emitted}, "
         f"late {result.dropped_late}, stream time {result.stream_time}"
     )
 

@@ -21,7 +21,8 @@ COLUMNS = [
     ("suppression_buffer_count_max", "long"),
     ("suppression_buffer_size_current", "long"),
     ("suppression_buffer_size_max", "long"),
-    ("suppression_emit_total", "long"),
+    ("suppression_emit_total", "long"),  # windows (or entries) the suppression emitted, before any filter
+    ("rows_published", "long"),  # not KIP-328's: the rows the results table received, after the pipeline's steps
     ("windows_open", "long"),
     ("windows_closed", "long"),
     ("stream_time", "timestamp"),
