@@ -26,6 +26,7 @@ from framework import (
     ConcurrentBatchError,
     FingerprintMismatchError,
     Pipeline,
+    ReplayError,
     Runtime,
     Suppressed,
     TimeWindows,
@@ -81,9 +82,11 @@ def _intervals(n):
     return [Interval(f"{T0 + i * hour:%Y-%m-%dT%H}", T0 + i * hour, T0 + (i + 1) * hour) for i in range(n)]
 
 
-def _tables(rt, p):
-    """Every table of the pipeline as rows (the duration aside, which differs by run)."""
-    frames = {"ledger": rt.read_ledger(p).select(*LEDGER)}
+def _tables(rt, p, committed=False):
+    """Every table of the pipeline as rows (the duration aside, which differs by run); of the
+    ledger the committed rows only, if so asked (a replay's replaced ones aside)."""
+    ledger = rt.read_ledger(p).filter("status = 'committed'") if committed else rt.read_ledger(p)
+    frames = {"ledger": ledger.select(*LEDGER)}
     if tables.exists(rt.spark, rt.tables(p).output):
         frames["output"] = rt.read_output(p)
     for name, read in (("late", rt.read_late), ("rejected", rt.read_rejected)):
@@ -92,7 +95,7 @@ def _tables(rt, p):
         except Exception:  # none kept: the other run must keep none either
             pass
     found = rows_of(frames)
-    metrics = [json.loads(r.metrics) for r in rt.read_ledger(p).orderBy("seq").select("metrics").collect()]
+    metrics = [json.loads(r.metrics) for r in ledger.orderBy("seq").select("metrics").collect()]
     for m in metrics:
         m.pop("batch_duration_ms")
     return {name: sorted(rows) for name, rows in found.items()}, metrics
@@ -261,3 +264,21 @@ def test_an_interval_of_a_committed_chunk_run_alone_and_two_ranges_at_once(spark
     assert (alone.status, alone.seq) == ("already committed", 3)
     with pytest.raises(FingerprintMismatchError, match=third.batch_id):
         rt.run_batch(p, third.batch_id, mine.withColumn("v", F.col("v") + 1), batch_end=third.end)
+
+
+def test_a_replay_of_a_chunked_range_runs_in_chunks_and_starts_at_a_chunk(spark, tmp_path):
+    """A range committed as one chunk is replayed with corrected input (``replay_range``, in
+    chunks): the committed tables are those of a first run of the corrected input one by one. A
+    replay from inside the chunk is refused, naming the chunk: the state before it was never kept."""
+    intervals, p = _intervals(len(SPLIT)), _pipeline("chunk_replay")
+    fixed = [[(k, ts, v + 10 if k == "A" else v) for k, ts, v in batch] for batch in SPLIT]
+    rt = Runtime(spark.newSession(), str(tmp_path / "replayed"), quality=False)
+    rt.run_range(p, intervals, _landing(rt.spark, SPLIT, None), "arrived")
+    with pytest.raises(ReplayError, match=r"ran inside a chunk"):
+        rt.replay_range(p, intervals[2:], _landing(rt.spark, fixed, None), "arrived")
+    replayed = rt.replay_range(p, intervals, _landing(rt.spark, fixed, None), "arrived", chunk_records=4)
+    assert [r.batch_id for r in replayed.batches] == [iv.batch_id for iv in intervals]
+    first = Runtime(spark.newSession(), str(tmp_path / "first"), quality=False)
+    first.run_range(p, intervals, _landing(first.spark, fixed, None), "arrived", chunk_records=1)
+    (got, got_metrics), (want, want_metrics) = _tables(rt, p, committed=True), _tables(first, p, committed=True)
+    assert (got, got_metrics) == (want, want_metrics)

@@ -19,6 +19,7 @@ import datetime as dt
 import json
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -44,6 +45,7 @@ from .attempt import ATTEMPTED, BatchAttempt, BatchResult, result_of
 from .planning import SCAN_RECORDS_PER_PARTITION, Counted, Kept, Plan, definition, tallied
 from .planning import metrics as metrics_of
 from .publication import finish
+from .settings import Settings
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ class Summaries:
 class ChunkAttempt(BatchAttempt):
     """One attempt of the consecutive ``intervals`` of ``p`` as one batch; ``run`` it once."""
 
-    def __init__(self, s, p: Pipeline, intervals: list[Interval], t: tables.Tables, ledgers: ledger.Ledgers):
+    def __init__(self, s: Settings, p: Pipeline, intervals: list[Interval], t: tables.Tables, ledgers: ledger.Ledgers):
         super().__init__(s, p, intervals[0].batch_id, t, ledgers)
         self.intervals = intervals
         if len(intervals) > 1:
@@ -393,6 +395,52 @@ def _by_interval(row: dict, n: int, name: str, missing):
 
 
 CHUNK_RECORDS = 2_000_000  # records a chunk holds at most by default (an interval holding more is a chunk)
+Progress = Callable[[list[BatchResult], str], None]  # a chunk's (or an interval's) results, and how it ran
+
+
+def run_chunks(
+    s: Settings,
+    ledgers: ledger.Ledgers,
+    p: Pipeline,
+    t: tables.Tables,
+    intervals: list[Interval],
+    input_df: DataFrame,
+    arrived: str,
+    bound: int,
+    allow_gap: bool,
+    progress: Progress | None = None,
+    after: Callable[[list[BatchResult]], None] | None = None,
+) -> list[BatchResult]:
+    """Run the consecutive ``intervals`` of ``p`` against the tables ``t`` (a pipeline's, or a
+    replay's staged ones) in chunks of at most ``bound`` records (``split``), or interval by
+    interval where a chunk cannot count ``p`` exactly (``chunk_refusal``); ``after(results)``
+    and ``progress(results, how)`` after each. ``allow_gap``: the first interval may start
+    anywhere, not only where the last committed one ended."""
+    why = chunk_refusal(p)
+    index = placed(arrived, intervals)
+    results: list[BatchResult] = []
+
+    def gap() -> bool:  # the intervals of a range follow each other: only the first may not
+        return allow_gap and not results
+
+    def ran(done: list[BatchResult], how: str) -> None:
+        results.extend(done)
+        if after is not None:
+            after(done)
+        if progress is not None:
+            progress(done, how)
+
+    if why is not None:
+        for k, iv in enumerate(intervals):
+            one = BatchAttempt(s, p, iv.batch_id, t, ledgers).run(input_df.filter(index == k), iv.end, iv.start, gap())
+            ran([one], f"one batch per interval: {why}")
+        return results
+    counts = {r[0]: r[1] for r in input_df.groupBy(index).count().collect()}
+    _, rows = ledgers.read(t.state)
+    committed = {r.batch_id for r in ledger.committed_rows(rows)}
+    for chunk in split(intervals, [counts.get(k, 0) for k in range(len(intervals))], committed, bound):
+        ran(ChunkAttempt(s, p, chunk, t, ledgers).run_chunk(input_df, arrived, gap()), "one chunk")
+    return results
 
 
 def placed(arrived: str, intervals: list[Interval]) -> Column:

@@ -47,6 +47,7 @@ from ..errors import CommitLockTimeout, ConcurrentBatchError, ReplayError, first
 from ..storage import classic, files, ledger, state, tables, upgrade, writes
 from ..storage.ledger import LedgerRow, Status
 from .attempt import BatchAttempt, BatchResult
+from .chunk import CHUNK_RECORDS, Interval, Progress, run_chunks
 from .publication import Manifest, ReplayedRange, Staged, finish, mark
 from .settings import Settings
 from .steps import Steps
@@ -101,14 +102,67 @@ def replay(
     todo = [b if isinstance(b, ReplayBatch) else ReplayBatch(*b) for b in batches]
     if not todo:
         raise ReplayError(f"pipeline {p.name!r}: a replay needs at least one batch")
+    return _replay(
+        s, ledgers, t, p, [b.batch_id for b in todo], lambda staged: _run_all(s, ledgers, p, staged, todo, progress)
+    )
+
+
+def replay_range(
+    s: Settings,
+    ledgers: ledger.Ledgers,
+    t: tables.Tables,
+    pipeline: Pipeline,
+    intervals: list[Interval],
+    input_df: DataFrame,
+    arrived: str,
+    chunk_records: int = CHUNK_RECORDS,
+    progress: Progress | None = None,
+) -> ReplayResult:
+    """``replay`` of the committed ``intervals`` (through the last committed batch) whose
+    corrected records ``input_df`` holds, each in the interval its ``arrived`` column falls in:
+    run in chunks of at most ``chunk_records`` records against the staged layout
+    (``chunk.run_chunks``), the range committed and published as ``replay`` does.
+    ``progress(results, how)`` after each chunk."""
+    p = pipeline.check_complete()
+    if not intervals:
+        raise ReplayError(f"pipeline {p.name!r}: a replay needs at least one interval")
+
+    def run(staged: Staged) -> tuple[BatchResult, ...]:
+        ran = run_chunks(
+            s,
+            ledgers,
+            p,
+            staged,
+            intervals,
+            input_df,
+            arrived=arrived,
+            bound=chunk_records,
+            allow_gap=True,
+            progress=progress,
+        )
+        return tuple(ran)
+
+    return _replay(s, ledgers, t, p, [iv.batch_id for iv in intervals], run)
+
+
+def _replay(
+    s: Settings,
+    ledgers: ledger.Ledgers,
+    t: tables.Tables,
+    p: Pipeline,
+    ids: list[str],
+    run: Callable[[Staged], tuple[BatchResult, ...]],
+) -> ReplayResult:
+    """Replay the committed batches ``ids`` of ``p``: ``run`` them against the staged layout,
+    then commit and publish the range (the module docstring)."""
     spark = s.spark
-    steps = Steps(spark, f"pipeline {p.name!r}, replay of {todo[0].batch_id!r}..{todo[-1].batch_id!r}")
+    steps = Steps(spark, f"pipeline {p.name!r}, replay of {ids[0]!r}..{ids[-1]!r}")
     where = steps.where
     upgrade.upgrade(spark, p.name, t)
     seen, rows = ledgers.read(t.state)
     committed = ledger.committed_rows(rows)
     finish(steps, p, t, committed[-1] if committed else None)
-    before, range_rows = _range(where, committed, [b.batch_id for b in todo])
+    before, range_rows = _range(where, committed, ids)
     first, last = range_rows[0], range_rows[-1]
     base = _check_restore_points(spark, where, p, t, before, first, [r.batch_id for r in range_rows])
     attempt = uuid.uuid4().hex
@@ -116,7 +170,7 @@ def replay(
     committing = False
     try:
         _seed(spark, staged.state, t.state, first, before)
-        results = _run_all(s, ledgers, p, staged, todo, progress)
+        results = run(staged)
         if [r.seq for r in results] != [r.seq for r in range_rows]:
             raise ReplayError(
                 f"{where}: replayed sequence numbers {[r.seq for r in results]} differ from the "

@@ -21,8 +21,8 @@ from ..errors import CommitLockTimeout, FrameworkError, first_line
 from ..storage import bookkeeping, classic, compaction, ledger, locks, tables
 from ..storage import catalog as tables_catalog
 from .attempt import BatchAttempt, BatchResult, result_of
-from .chunk import CHUNK_RECORDS, ChunkAttempt, Interval, chunk_refusal, placed, split
-from .replay import ReplayBatch, ReplayResult, replay
+from .chunk import CHUNK_RECORDS, Interval, Progress, run_chunks
+from .replay import ReplayBatch, ReplayResult, replay, replay_range
 from .settings import LOCAL_FOLD_RECORDS, LOCAL_FOLD_RECORDS_DEFAULT, Settings
 
 log = logging.getLogger("framework.runtime")
@@ -192,7 +192,7 @@ class Runtime:
         arrived: str,
         chunk_records: int = CHUNK_RECORDS,
         allow_gap: bool = False,
-        progress: Callable[[list[BatchResult], str], None] | None = None,
+        progress: Progress | None = None,
     ) -> list[BatchResult]:
         """Apply the consecutive ``intervals`` of ``pipeline`` in order, each recorded as its
         own batch (its id, interval, fingerprint, metrics and asset of results) exactly as if run
@@ -203,35 +203,29 @@ class Runtime:
         already report 'already committed' (or a ``FingerprintMismatchError``).
         ``progress(results, how)`` is called after each chunk (or interval) with its results."""
         p = pipeline.check_complete()
-        why = chunk_refusal(p)
-        index = placed(arrived, intervals)
-        results: list[BatchResult] = []
-        if why is not None:
-            for k, iv in enumerate(intervals):
-                one = self.run_batch(
-                    p, iv.batch_id, input_df.filter(index == k), iv.end, iv.start, allow_gap and not results
-                )
-                results.append(one)
-                if progress is not None:
-                    progress([one], f"one batch per interval: {why}")
-            return results
-        counts = {r[0]: r[1] for r in input_df.groupBy(index).count().collect()}
-        _, rows = self._ledgers.read(self.tables(p).state)
-        committed = {r.batch_id for r in ledger.committed_rows(rows)}
-        todo = split(intervals, [counts.get(k, 0) for k in range(len(intervals))], committed, chunk_records)
-        self.register(p)
-        for chunk in todo:
-            attempt = ChunkAttempt(self.settings, p, chunk, self.tables(p), self._ledgers)
-            done = attempt.run_chunk(input_df, arrived, allow_gap and not results)
-            ran = [r for r in done if r.status == ledger.Status.COMMITTED.value]
-            due = [r for r in ran if compaction.due(self.tables(p), r.seq)]
-            if due:  # a chunk compacts where one of its batches would have
+        t = self.tables(p)
+
+        def maintain(done: list[BatchResult]) -> None:  # compact where one of its batches would have
+            due = [r for r in done if r.status == ledger.Status.COMMITTED.value and compaction.due(t, r.seq)]
+            if due:
                 self._maintain(p, due[-1].batch_id, due[-1].seq)
-            results.extend(done)
-            if progress is not None:
-                progress(done, "one chunk")
+
+        self.register(p)  # a catalog name taken by another table stops the range before it runs
+        ran = run_chunks(
+            self.settings,
+            self._ledgers,
+            p,
+            t,
+            intervals,
+            input_df,
+            arrived=arrived,
+            bound=chunk_records,
+            allow_gap=allow_gap,
+            progress=progress,
+            after=maintain,
+        )
         self.register(p)
-        return results
+        return ran
 
     def _maintain(self, p: Pipeline, batch_id: str, seq: int) -> None:
         """Compact the bookkeeping tables that are due (``storage.compaction``); the batch stays
@@ -257,3 +251,20 @@ class Runtime:
         input (``ReplayBatch`` or ``(batch_id, input_df)``), replacing their results atomically;
         ``progress(done, total)`` is called as each has run. See ``framework.operations.replay``."""
         return replay(self.settings, self._ledgers, self.tables(pipeline), pipeline, batches, progress)
+
+    def replay_range(
+        self,
+        pipeline: Pipeline,
+        intervals: list[Interval],
+        input_df: DataFrame,
+        arrived: str,
+        chunk_records: int = CHUNK_RECORDS,
+        progress: Progress | None = None,
+    ) -> ReplayResult:
+        """``replay`` of the committed ``intervals`` through the last committed batch, their
+        corrected records in ``input_df`` (each in the interval its ``arrived`` column falls
+        in, as ``run_range`` takes them), run in chunks. See ``framework.operations.replay``."""
+        t = self.tables(pipeline)
+        return replay_range(
+            self.settings, self._ledgers, t, pipeline, intervals, input_df, arrived, chunk_records, progress
+        )

@@ -37,6 +37,7 @@ from .jobs import (
     backfill_intervals,
     batch_id,
     check_interval,
+    chunk_line,
     gate_summary,
     intervals,
     load_job,
@@ -221,8 +222,7 @@ def _backfill(
         results.extend(done)
         worked = [r.status == "committed" for r in done]
         committed.extend(worked)
-        chunk = f"{done[0].batch_id}..{done[-1].batch_id}: {how}"
-        progress(len(results), len(todo), worked=any(worked), chunk=chunk)
+        progress(len(results), len(todo), worked=any(worked), chunk=chunk_line(done, how))
 
     try:
         backfill_intervals(
@@ -259,7 +259,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
     progress = _Progress(f"replay {job.PIPELINE.name}")
     with _leaving_status(spark, args.warehouse, job.PIPELINE.name) as committed:
         ran = replay_intervals(
-            spark, job.PIPELINE, job.LANDING, start, stop, every, args.warehouse, args.landing, progress=progress
+            spark,
+            job.PIPELINE,
+            job.LANDING,
+            start,
+            stop,
+            every,
+            args.warehouse,
+            args.landing,
+            progress=lambda done, total, chunk: progress(done, total, chunk=chunk),
         )
         committed.append(True)
     print(replay_summary(ran))

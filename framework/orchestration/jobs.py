@@ -234,13 +234,15 @@ def replay_intervals(
     every: dt.timedelta,
     warehouse: str,
     landing: str,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+    chunk_records: int | None = None,
 ) -> ReplayResult:
     """Replay the batches of the ``every``-long intervals from ``start`` to ``stop`` with the
-    landing records as they are now (after a fix). ``stop`` defaults to the end of the last
-    committed batch; a replay must reach it (see ``framework.operations.replay``). ``progress(done, total)``
-    is called as each replayed batch has run (before the range commits)."""
-    from ..operations.replay import ReplayBatch
+    landing records as they are now (after a fix), in chunks (``Runtime.replay_range``). ``stop``
+    defaults to the end of the last committed batch; a replay must reach it (see
+    ``framework.operations.replay``). ``progress(done, total, chunk)`` is called as each chunk has
+    run (before the range commits), ``chunk`` saying which intervals it held (``chunk_line``)."""
+    from ..operations.chunk import CHUNK_RECORDS, Interval
     from ..operations.runtime import Runtime
     from ..storage import bookkeeping
 
@@ -251,11 +253,20 @@ def replay_intervals(
             raise JobError(f"pipeline {pipeline.name!r}: no committed batch under {warehouse}: nothing to replay")
         stop = parse_time(last.batch_id, "the last committed batch id") + every
     todo = intervals(start, stop, every)
-    return rt.replay(
-        pipeline,
-        [ReplayBatch(batch_id(s), read_landing(spark, landing, table, s, e), e, s) for s, e in todo],
-        progress,
-    )
+    records = read_landing(spark, landing, table, todo[0][0], todo[-1][1])
+    chosen, done = [Interval(batch_id(s), s, e) for s, e in todo], [0]
+
+    def ran(results: list[BatchResult], how: str) -> None:
+        done[0] += len(results)
+        if progress is not None:
+            progress(done[0], len(todo), chunk_line(results, how))
+
+    return rt.replay_range(pipeline, chosen, records, INGEST_TIME, chunk_records or CHUNK_RECORDS, ran)
+
+
+def chunk_line(results: list[BatchResult], how: str) -> str:
+    """Which intervals a chunk (or a batch of a range) held, and how it ran, for a progress line."""
+    return f"{results[0].batch_id}..{results[-1].batch_id}: {how}"
 
 
 def summary(result: BatchResult) -> str:
