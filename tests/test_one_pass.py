@@ -8,7 +8,7 @@ from harness import frame, results
 from pyspark.sql import functions as F
 
 from framework import BufferConfig, InputError, Pipeline, Runtime, Suppressed, TimeWindows, agg
-from framework.operations import attempt
+from framework.operations import attempt, planning
 from framework.storage import classic
 
 
@@ -64,7 +64,7 @@ def test_one_pass_counts_and_keeps_what_separate_reads_do(spark, warehouse, monk
         once = _outcome(spark, warehouse, "one_pass")
     assert len(seen) == 6 and all(v is not None for v in seen)  # three batches, two observations each
     with monkeypatch.context() as m:
-        m.setattr(attempt, "reads_in_one_pass", lambda s, p: False)
+        m.setattr(attempt, "reading_for", lambda s, p, checked: planning.SeparateReads(checked))
         apart = _outcome(spark, warehouse, "separate_reads")
     assert once == apart
     counted, _, _, late, rejected = once

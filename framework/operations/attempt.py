@@ -2,12 +2,16 @@
 
 The protocol, its six steps and why each is safe are told once, in docs/design.md#batch-protocol.
 Here each step is a method of ``BatchAttempt`` (``run`` calls them in order): 1. ``_read``
-(ledger and input at once), ``_finish_previous``, ``_already_committed``, ``_check``; 2.
-``planning.plan``; 3. ``_audit``; 4. ``_write`` (buffer and staged rows, by write point); 5.
-``_commit`` and ``_commit_point``; 6. ``publication.finish``.
+(the ledger, and the input as the ``planning.Reading`` chosen for it reads it: in a query of its
+own beside the ledger, or in the plan's one pass over the records, docs/design.md#one-pass),
+``_finish_previous``, ``_already_committed``, ``_check``; 2. ``planning.plan``; 3. ``_audit``;
+4. ``_write`` (buffer and staged rows, by write point); 5. ``_commit`` and ``_commit_point``;
+6. ``publication.finish``. Each step runs in a ``steps.Phase``, which decides what an error
+there is (``_guarded``).
 
 A ``BatchAttempt`` is one run of these steps against one table layout (a pipeline's tables, or
-a replay's staged ones): everything it knows lives on it and ends with it.
+a replay's staged ones): everything it knows lives on it and ends with it. A ``ChunkAttempt``
+(``chunk``) runs the same steps once for the consecutive intervals of a range.
 """
 
 from __future__ import annotations
@@ -39,11 +43,11 @@ from ..errors import (
     SkippedIntervalError,
     first_line,
 )
-from ..execution.sources import BatchInput, CheckedInput, check_drift, check_input, rejected_records
+from ..execution.sources import check_drift, check_input, rejected_records
 from ..execution.streamtime import to_datetime, to_epoch_millis
 from ..storage import classic, entries, files, ledger, metrics, sinks, state, tables, upgrade, writes
 from ..storage.ledger import LedgerRow, Status
-from .planning import Kept, Plan, batch_metrics, definition, plan, read_in_one_pass, reads_in_one_pass
+from .planning import Kept, Plan, Reading, batch_metrics, definition, plan, reading_for
 from .publication import Manifest, finish, mark
 from .settings import Settings
 from .steps import Phase, Steps
@@ -179,17 +183,15 @@ class BatchAttempt:
     def _run(self, input_df: DataFrame, batch_end: dt.datetime | None) -> BatchResult:
         """The protocol's steps (see the module docstring), in order."""
         started_at = time.monotonic()
-        checked, inp = self._read(input_df, batch_end)
+        reading = self._read(input_df, batch_end)
         pending = self._finish_previous()
-        done = self._already_committed(inp or checked)
+        done = self._already_committed(reading)
         if done is not None:
             return done
         self._check(pending)
         kept = Kept()
         try:
-            passed = None
-            if inp is None:  # validated in the plan's pass over the records, before anything is written
-                inp, passed = read_in_one_pass(self.steps, self.p, checked, self.last, kept)
+            inp, passed = reading.for_plan(self.steps, self.p, self.last, kept)  # before anything is written
             files.put_text(self.s.spark, f"{self.staging}/{ATTEMPTED}", self.batch_id)
             self.steps.step = "reading state and planning"
             assert self.seen is not None  # read in step 1
@@ -227,22 +229,24 @@ class BatchAttempt:
         )
 
     # ---- 1. the ledger, the input, the previous publication and the checks ----------------------
-    def _read(self, input_df: DataFrame, batch_end: dt.datetime | None) -> tuple[CheckedInput, BatchInput | None]:
-        """Read the ledger and check the input's columns; validate its records at the same time,
-        unless the plan's pass over them will (``planning.reads_in_one_pass``: None); check the
-        input's schema drift."""
+    def _read(self, input_df: DataFrame, batch_end: dt.datetime | None) -> Reading:
+        """Read the ledger and check the input's columns, choose how the input is read
+        (``planning.reading_for``) and start that beside the ledger's read; check the input's
+        schema drift."""
         checked = check_input(self.p, self.batch_id, input_df, self.s.latest_ms(batch_end))
-        reading: dict[str, Callable[[], object]] = {"reading the ledger": lambda: self.ledgers.read(self.t.state)}
-        if not reads_in_one_pass(self.s, self.p):
-            reading["validating the input"] = checked.read
-        (self.seen, self.rows), *validated = self.steps.concurrently(reading)
+        reading = reading_for(self.s, self.p, checked)
+        work: dict[str, Callable[[], object]] = {"reading the ledger": lambda: self.ledgers.read(self.t.state)}
+        beside = reading.beside_ledger()
+        if beside is not None:
+            work["validating the input"] = beside
+        (self.seen, self.rows), *_ = self.steps.concurrently(work)
         if self.seen == ledger.NO_LEDGER and upgrade.upgrade(self.s.spark, self.p.name, self.t):
             self.seen, self.rows = self.ledgers.read(self.t.state)
         committed = ledger.committed_rows(self.rows)
         self.last = committed[-1] if committed else None
         self.seq = self.last.seq + 1 if self.last else 1
         check_drift(self.p, self.batch_id, input_df, self.last.input_schema if self.last else None)
-        return checked, validated[0] if validated else None
+        return reading
 
     def _finish_previous(self) -> list[str]:
         """Publish the last committed batch if still staged; the staging folders of later attempts."""
@@ -251,14 +255,13 @@ class BatchAttempt:
         self.steps.enter(Phase.BATCH, "checking the batch")
         return left
 
-    def _already_committed(self, inp: BatchInput | CheckedInput) -> BatchResult | None:
+    def _already_committed(self, reading: Reading) -> BatchResult | None:
         """A committed batch id: what it did (same input), or a loud error (other input)."""
         done = next((r for r in reversed(ledger.committed_rows(self.rows)) if r.batch_id == self.batch_id), None)
         if done is None:
             return None
         self.steps.enter(Phase.RERUN, f"checking the input against committed batch {done.batch_id!r} (seq {done.seq})")
-        if isinstance(inp, CheckedInput):  # not read yet
-            inp = inp.read()
+        inp = reading.for_rerun()
         if done.fingerprint != inp.fingerprint:
             raise FingerprintMismatchError(
                 f"{self.steps.where}: already committed (seq {done.seq}) with different input "

@@ -12,6 +12,7 @@ import functools
 import json
 import time
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -36,7 +37,7 @@ class Plan:
     """A planned batch and its counts."""
 
     effect: Effect
-    input: BatchInput  # as validated (``read_in_one_pass`` may have validated it again)
+    input: BatchInput  # as validated (``OnePass`` may have validated it again)
     stream_time: int | None
     counts: dict  # the effect's counters
     closed: int  # windows closed
@@ -87,37 +88,79 @@ class Pass:
     records: int  # the records that passed the checks, as observed
 
 
-def reads_in_one_pass(s: Settings, p: Pipeline) -> bool:
-    """Whether a batch of ``p`` validates its input in the plan's one pass over the records
-    (``read_in_one_pass``), not in a query of its own: for a plan that ``reduces`` them, in a
-    classic session (over Connect a checkpoint's query returns no observed aggregates to the client)."""
-    return plans.reduces(p) and classic.is_classic(s.spark)
+class Reading:
+    """How a batch reads its input, chosen once when its attempt starts (``reading_for``): what
+    runs beside the ledger's read, what a committed batch id's re-run is checked with, and the
+    input (and the one pass's reduction, if any) the plan takes."""
+
+    def __init__(self, checked: CheckedInput):
+        self.checked = checked
+
+    def beside_ledger(self) -> Callable[[], None] | None:
+        """Work to run while the ledger is read (None: nothing)."""
+        return None
+
+    def for_rerun(self) -> BatchInput:
+        """The input, validated, for a re-run's fingerprint check."""
+        return self.checked.read()
+
+    def for_plan(self, steps: Steps, p: Pipeline, last: LedgerRow | None, kept: Kept) -> tuple[BatchInput, Pass | None]:
+        """The validated input the plan takes, and what a one pass kept of it (None: no pass)."""
+        raise NotImplementedError
 
 
-def read_in_one_pass(
-    steps: Steps, p: Pipeline, checked: CheckedInput, last: LedgerRow | None, kept: Kept
-) -> tuple[BatchInput, Pass | None]:
-    """The input validated and reduced in one read of it: the plan's reduction (``plans.reduce``)
-    kept now, the input's summary and the plan's counters computed on its way. InputError as
-    ``CheckedInput.read`` raises it, after the read. Should a summary not come back (a plan Spark
-    optimized away), the input is validated in a query of its own, and the plan reduces it again."""
-    steps.step = "reading and validating the input"
-    validation, counting = classic.observation(), classic.observation()
-    records = checked.frame.observe(validation, *checked.summary()).filter(~checked.bad)
-    records, _ = at_batch_start(records, last.stream_time if last else None, None)
-    reduced = kept(
-        plans.reduce(
-            p, records, checked.columns, lambda df, exprs: df.observe(counting, *[v.alias(k) for k, v in exprs.items()])
-        ),
-        now=True,
-    )
-    summary, counts = classic.observed(validation), classic.observed(counting)
-    if summary is None or counts is None:
-        return checked.read(), None
-    inp = checked.validated(summary)
-    if inp.rejected:  # ``plan`` checks the records kept, not those rejected: these are counted again
-        inp = checked.read()
-    return inp, Pass(checked, reduced, counts, summary["n"] - summary["rejected"])
+class SeparateReads(Reading):
+    """The input validated in a query of its own, beside the ledger's read; the plan reads the
+    records again (every plan that needs arrival order, and every read over Spark Connect)."""
+
+    validated: BatchInput | None = None
+
+    def beside_ledger(self) -> Callable[[], None]:
+        def validate() -> None:
+            self.validated = self.checked.read()
+
+        return validate
+
+    def for_rerun(self) -> BatchInput:
+        assert self.validated is not None  # beside the ledger's read
+        return self.validated
+
+    def for_plan(self, steps: Steps, p: Pipeline, last: LedgerRow | None, kept: Kept) -> tuple[BatchInput, Pass | None]:
+        return self.for_rerun(), None
+
+
+class OnePass(Reading):
+    """The input validated in the plan's one pass over its records (docs/design.md#one-pass):
+    the plan's reduction (``plans.reduce``) kept at once, the input's summary and the plan's
+    counters observed on its way; before the attempt is marked, so a refused batch leaves nothing.
+    For a plan that ``reduces`` its records, in a session whose checkpoint queries return observed
+    metrics (a classic one: over Connect, pyspark 4.2 returns none to the client)."""
+
+    def for_plan(self, steps: Steps, p: Pipeline, last: LedgerRow | None, kept: Kept) -> tuple[BatchInput, Pass | None]:
+        """InputError as ``CheckedInput.read`` raises it, after the read. Should a summary not come
+        back (a plan Spark optimized away), the input is validated in a query of its own, and the
+        plan reduces it again."""
+        checked = self.checked
+        steps.step = "reading and validating the input"
+        validation, counting = classic.observation(), classic.observation()
+        records = checked.frame.observe(validation, *checked.summary()).filter(~checked.bad)
+        records, _ = at_batch_start(records, last.stream_time if last else None, None)
+        observe = lambda df, exprs: df.observe(counting, *[v.alias(k) for k, v in exprs.items()])  # noqa: E731
+        reduced = kept(plans.reduce(p, records, checked.columns, observe), now=True)
+        summary, counts = classic.observed(validation), classic.observed(counting)
+        if summary is None or counts is None:
+            return checked.read(), None
+        inp = checked.validated(summary)
+        if inp.rejected:  # ``plan`` checks the records kept, not those rejected: these are counted again
+            inp = checked.read()
+        return inp, Pass(checked, reduced, counts, summary["n"] - summary["rejected"])
+
+
+def reading_for(s: Settings, p: Pipeline, checked: CheckedInput) -> Reading:
+    """How a batch of ``p`` reads ``checked``: ``OnePass`` where its plan ``reduces`` the records
+    and the session returns a checkpoint's observed metrics, else ``SeparateReads``."""
+    one_pass = plans.reduces(p) and classic.is_classic(s.spark)
+    return OnePass(checked) if one_pass else SeparateReads(checked)
 
 
 def definition(p: Pipeline) -> str:
