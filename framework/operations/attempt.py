@@ -47,7 +47,7 @@ from ..execution.sources import check_drift, check_input, rejected_records
 from ..execution.streamtime import to_datetime, to_epoch_millis
 from ..storage import classic, entries, files, ledger, metrics, sinks, state, tables, upgrade, writes
 from ..storage.ledger import LedgerRow, Status
-from .planning import Kept, Plan, Reading, batch_metrics, definition, plan, reading_for
+from .planning import Kept, Plan, Planning, Reading, batch_metrics, definition, plan, reading_for
 from .publication import Manifest, finish, mark
 from .settings import Settings
 from .steps import Phase, Steps
@@ -196,7 +196,19 @@ class BatchAttempt:
             self.steps.step = "reading state and planning"
             assert self.seen is not None  # read in step 1
             planned = plan(
-                self.s, self.steps, self.p, self.t, self.seq, inp, self.last, self.seen.version, batch_end, kept, passed
+                Planning(
+                    s=self.s,
+                    steps=self.steps,
+                    p=self.p,
+                    t=self.t,
+                    seq=self.seq,
+                    inp=inp,
+                    last=self.last,
+                    read_version=self.seen.version,
+                    batch_end=batch_end,
+                    kept=kept,
+                    passed=passed,
+                )
             )
             rows_out = sinks.shape(self.p, planned.effect.results, self.batch_id, planned.stream_time)
             audit = self._audit(planned, rows_out)

@@ -29,7 +29,7 @@ from ..definition.pipeline import Pipeline
 from ..definition.windows import TimeWindows
 from ..errors import FingerprintMismatchError
 from ..execution import plans
-from ..execution.batch import Batch, strict
+from ..execution.batch import Batch, Effect, strict
 from ..execution.sources import BatchInput, CheckedInput, check_drift, check_input, fingerprint, rejected_records
 from ..execution.streamtime import (
     NO_TIME,
@@ -242,11 +242,30 @@ class ChunkAttempt(BatchAttempt):
         effect = dataclasses.replace(effect, results=results, closed=results)
         ids = [iv.batch_id for iv in self.intervals]
         rows_out = sinks.shape(p, results, pick(F.col(INTERVAL), ids), pick(F.col(INTERVAL), afters))
+        per_interval = self._counted(effect, rows_out, each, times)
+        planned = Plan(
+            effect=effect,
+            input=inp,
+            stream_time=times[-1][1],
+            counts={},
+            closed=sum(c.closed for c in per_interval),
+            emitted=sum(c.emitted for c in per_interval),
+            windows_open=per_interval[-1].windows_open,
+            buffered=None,
+            changed_buckets=None,
+        )
+        return planned, per_interval, rows_out
+
+    def _counted(
+        self, effect: Effect, rows_out: DataFrame, each: list[BatchInput], times: list[tuple[int | None, int | None]]
+    ) -> list[Counted]:
+        """What each interval did, by number, from the chunk's effect (its results attributed to
+        the intervals that closed them) and sink rows: in one query."""
         n = len(self.intervals)
         assert effect.opened is not None  # time windows count the windows they open
         tally = tallied(
             {
-                "closed": _per_interval(results, {"n": F.count(F.lit(1))}),
+                "closed": _per_interval(effect.results, {"n": F.count(F.lit(1))}),
                 "emitted": _per_interval(rows_out, {"n": F.count(F.lit(1))}),
                 "opened": _per_interval(effect.opened, {"n": F.count(F.lit(1))}),
                 "counters": _per_interval(effect.counted, effect.counters),
@@ -275,18 +294,7 @@ class ChunkAttempt(BatchAttempt):
                     stream_time=after,
                 )
             )
-        planned = Plan(
-            effect=effect,
-            input=inp,
-            stream_time=times[-1][1],
-            counts={},
-            closed=sum(closed),
-            emitted=sum(emitted),
-            windows_open=open_now,
-            buffered=None,
-            changed_buckets=None,
-        )
-        return planned, per_interval, rows_out
+        return per_interval
 
     def _with_stream_time(self, inp: BatchInput, stb: int | None, befores: list[int]) -> DataFrame:
         """The chunk's records with ``STREAM_BEFORE`` (and ``ARRIVAL``, interval first, where

@@ -169,59 +169,86 @@ def definition(p: Pipeline) -> str:
     return f"keys={list(p.keys)}; windows={w}; aggregates={[a.describe() for a in p.aggregates]}"
 
 
-def plan(
-    s: Settings,
-    steps: Steps,
-    p: Pipeline,
-    t: tables.Tables,
-    seq: int,
-    inp: BatchInput,
-    last: LedgerRow | None,
-    read_version: int,
-    batch_end: dt.datetime | None,
-    kept: Kept,
-    passed: Pass | None = None,
-) -> Plan:
-    """Plan the batch from ``_state`` as of ``read_version`` (where the attempt read the
-    ledger; -1: no table yet) and the buffer as of the last committed batch, and count what it
-    does (every count in one query, ``tallied``; results stay checkpointed for the writes)."""
-    stb = last.stream_time if last else None
-    records, sta = _with_stream_time(s, p, seq, inp, stb, batch_end)
+@dataclass(frozen=True, kw_only=True)
+class Planning:
+    """What a batch is planned from (``plan``)."""
 
-    held = state.windows(s.spark, t.state, read_version)
+    s: Settings
+    steps: Steps
+    p: Pipeline
+    t: tables.Tables
+    seq: int
+    inp: BatchInput
+    last: LedgerRow | None  # the last committed batch
+    read_version: int  # of ``_state``, where the attempt read the ledger (-1: no table yet)
+    batch_end: dt.datetime | None
+    kept: Kept
+    passed: Pass | None = None  # what the batch's one pass kept and counted (``OnePass``)
+
+
+@dataclass(frozen=True)
+class Tally:
+    """A planned batch's counts, from one query (``_tally``); None where not counted."""
+
+    closed: int  # windows closed
+    emitted: int | None  # sink rows (None: every closed window is one)
+    opened: int | None  # windows the batch added to state (None: ``open`` counted instead)
+    replaced: int  # stored windows a merge or an extension took out of state
+    open: int | None  # windows open after the batch, counted
+    changed: tuple[int, ...] | None  # the window-state partitions the state changes touch
+    buffered: dict | None  # buffer statistics
+    counters: dict | None  # the plan's counters (None: counted in the one pass)
+    read: int | None  # the records the one pass's kept rows hold
+
+
+def plan(x: Planning) -> Plan:
+    """Plan the batch from ``_state`` as of ``x.read_version`` and the buffer as of the last
+    committed batch (``_effect``), count what it does (every count in one query, ``_tally``;
+    results stay checkpointed for the writes) and reconcile the counts (``_reconciled``)."""
+    batch, effect = _effect(x)
+    return _reconciled(x, batch, effect, _tally(x, batch, effect))
+
+
+def _effect(x: Planning) -> tuple[Batch, Effect]:
+    """The batch's effect, its results (and state changes) kept for the counts and the writes."""
+    s, p, inp, last, kept = x.s, x.p, x.inp, x.last, x.kept
+    stb = last.stream_time if last else None
+    records, sta = _with_stream_time(s, p, x.seq, inp, stb, x.batch_end)
     batch = Batch(
         pipeline=p,
-        seq=seq,
+        seq=x.seq,
         records=records,
         stream_time_before=stb,
         stream_time=sta,
-        state=held,
+        state=state.windows(s.spark, x.t.state, x.read_version),
         bucket_ms=s.bucket_ms,
-        buffer=_buffer(s, p, t, last),
+        buffer=_buffer(s, p, x.t, last),
         keep=kept,
         event_times=(inp.min_ts, inp.max_ts) if inp.min_ts is not None and inp.max_ts is not None else None,
         input_columns=inp.columns,
-        reduced=passed.reduced if passed is not None else None,
+        reduced=x.passed.reduced if x.passed is not None else None,
     )
     effect = plans.effect_of(batch)
     if p.rate_limited:
         effect = ratelimit.limit(batch, effect, locally=_small(s, inp, last))
-    open_before = last.windows_open if last else 0
-
     results = kept(effect.results)  # for the counts, the audit and the staging write
     effect = replace(effect, results=results, closed=results if effect.results_are_closed else effect.closed)
     if effect.state_changes is not None:  # read by the counts and the commit point's MERGE
         effect = replace(effect, state_changes=kept(effect.state_changes))
-    same = effect.results_are_closed and not p.steps  # every closed window is a sink row
-    counting = effect.counted.agg(*[v.alias(k) for k, v in effect.counters.items()])
+    return batch, effect
+
+
+def _tally(x: Planning, batch: Batch, effect: Effect) -> Tally:
+    """Every count of the planned batch in one Spark job (``tallied``)."""
+    p, passed = x.p, x.passed
     frames = {"closed": _count(effect.closed)}
     if passed is None:
-        frames["counters"] = counting
+        frames["counters"] = _counting(effect)
     else:  # counted in the pass: what its kept rows hold, to check the count by
         frames["read"] = passed.reduced.agg(F.sum(RECORDS).alias("n"))
-    if not same:
-        frames["emitted"] = _count(sinks.shape(p, results, "", sta))
-    if effect.opened is not None and open_before is not None:
+    if not (effect.results_are_closed and not p.steps):  # else every closed window is a sink row
+        frames["emitted"] = _count(sinks.shape(p, effect.results, "", batch.stream_time))
+    if effect.opened is not None and _open_before(x) is not None:
         frames["opened"] = _count(effect.opened)
         if effect.replaced is not None:
             frames["replaced"] = _count(effect.replaced)
@@ -233,28 +260,63 @@ def plan(
         frames["buffered"] = effect.limited.stats()
     elif holds_until_close(p):
         frames["buffered"] = ratelimit.held_until_close(batch, effect)
-    tally = tallied(frames)
-    closed = tally["closed"]["n"]
-    emitted = closed if same else tally["emitted"]["n"]
-    opened, replaced = tally.get("opened"), tally.get("replaced", {"n": 0})
-    open_now = open_before + opened["n"] - replaced["n"] - closed if opened is not None else tally["open"]["n"]
-    buffered = collected_stats(tally["buffered"]) if "buffered" in frames else None
-    check_buffer(steps.where, p, open_now, buffered)
-    counts = passed.counts if passed is not None else tally["counters"]
-    if passed is not None and (tally["read"]["n"] or 0) != passed.records:
-        # a task's observed records counted twice (its stage ran again): count again, apart
-        inp, counts = passed.checked.read(), tallied({"counters": counting})["counters"]
+    found = tallied(frames)
+
+    def n(name: str) -> int | None:
+        return found[name]["n"] if name in found else None
+
+    return Tally(
+        closed=found["closed"]["n"],
+        emitted=n("emitted"),
+        opened=n("opened"),
+        replaced=n("replaced") or 0,
+        open=n("open"),
+        changed=tuple(sorted(found["changed"]["buckets"] or ())) if "changed" in found else None,
+        buffered=collected_stats(found["buffered"]) if "buffered" in found else None,
+        counters=found.get("counters"),
+        read=(found["read"]["n"] or 0) if "read" in found else None,
+    )
+
+
+def _reconciled(x: Planning, batch: Batch, effect: Effect, tally: Tally) -> Plan:
+    """The plan with its counts: windows open from the count before and the changes (or as
+    counted), a strict buffer's bound checked, and a one pass's counters counted again, apart,
+    when the records it observed are not those its kept rows hold (a task run twice)."""
+    inp, passed = x.inp, x.passed
+    open_before = _open_before(x)
+    if tally.opened is not None and open_before is not None:
+        open_now = open_before + tally.opened - tally.replaced - tally.closed
+    else:
+        assert tally.open is not None  # counted when the changes are not
+        open_now = tally.open
+    check_buffer(x.steps.where, x.p, open_now, tally.buffered)
+    counts = tally.counters
+    if passed is not None:
+        counts = passed.counts
+        if tally.read != passed.records:  # a task's observed records counted twice (its stage ran again)
+            inp, counts = passed.checked.read(), tallied({"counters": _counting(effect)})["counters"]
+    assert counts is not None  # counted in the tally or in the pass
     return Plan(
         effect=effect,
         input=inp,
-        stream_time=sta,
+        stream_time=batch.stream_time,
         counts=counts,
-        closed=closed,
-        emitted=emitted,
+        closed=tally.closed,
+        emitted=tally.closed if tally.emitted is None else tally.emitted,
         windows_open=open_now,
-        buffered=buffered if effect.limited is not None else None,
-        changed_buckets=tuple(sorted(tally["changed"]["buckets"] or ())) if "changed" in frames else None,
+        buffered=tally.buffered if effect.limited is not None else None,
+        changed_buckets=tally.changed,
     )
+
+
+def _open_before(x: Planning) -> int | None:
+    """Windows open before the batch, as the last committed batch recorded them (0 before any)."""
+    return x.last.windows_open if x.last else 0
+
+
+def _counting(effect: Effect) -> DataFrame:
+    """The plan's counters over its per-record frame, as one row."""
+    return effect.counted.agg(*[v.alias(k) for k, v in effect.counters.items()])
 
 
 def _small(s: Settings, inp: BatchInput, last: LedgerRow | None) -> bool:
