@@ -112,7 +112,7 @@ def test_backfill_and_replay_report_progress_on_stderr_and_backfill_ends_with_a_
         r"records in [\d,]+, rows published [\d,]+",
         out[-1],
     )
-    for (code, out, err), command, done in ((lake.backfill, "backfill", [3]), (lake.replay, "replay", [2])):
+    for (code, out, err), command, done in ((lake.backfill, "backfill", [3]), (lake.replay, "replay", [3])):
         assert code == 0 and out, err
         matches = [PROGRESS.fullmatch(line) for line in err]
         assert all(matches), err

@@ -219,6 +219,19 @@ def _run_all(
     return tuple(results)
 
 
+def restorable_start(rows: list[LedgerRow], batch_id: str) -> str:
+    """The first batch a replay from ``batch_id`` can start at: ``batch_id``, or, when the state
+    before it was never kept (it ran inside a chunk of a range, or was replayed inside a longer
+    one), the committed batch before it whose state was (its chunk's first)."""
+    committed = ledger.committed_rows(rows)
+    at = next((i for i, r in enumerate(committed) if r.batch_id >= batch_id), None)
+    if at is None:
+        return batch_id
+    while at > 0 and committed[at].state_version is None:
+        at -= 1
+    return committed[at].batch_id
+
+
 def _failure(where: str, e: BaseException) -> Exception | None:
     """What a failed replay raises for ``e`` (None: ``e`` itself)."""
     waited = e if isinstance(e, CommitLockTimeout) else e.__cause__  # raised here, or by a replayed batch

@@ -22,7 +22,7 @@ from ..storage import bookkeeping, classic, compaction, ledger, locks, tables
 from ..storage import catalog as tables_catalog
 from .attempt import BatchAttempt, BatchResult, result_of
 from .chunk import CHUNK_RECORDS, Interval, Progress, run_chunks
-from .replay import ReplayBatch, ReplayResult, replay, replay_range
+from .replay import ReplayBatch, ReplayResult, replay, replay_range, restorable_start
 from .settings import LOCAL_FOLD_RECORDS, LOCAL_FOLD_RECORDS_DEFAULT, Settings
 
 log = logging.getLogger("framework.runtime")
@@ -251,6 +251,12 @@ class Runtime:
         input (``ReplayBatch`` or ``(batch_id, input_df)``), replacing their results atomically;
         ``progress(done, total)`` is called as each has run. See ``framework.operations.replay``."""
         return replay(self.settings, self._ledgers, self.tables(pipeline), pipeline, batches, progress)
+
+    def replay_start(self, pipeline: Pipeline, batch_id: str) -> str:
+        """Where a replay from committed batch ``batch_id`` can start: ``batch_id``, or the first
+        interval of the chunk (or replayed range) that holds it (``replay.restorable_start``)."""
+        _, rows = self._ledgers.read(self.tables(pipeline).state)
+        return restorable_start(rows, batch_id)
 
     def replay_range(
         self,

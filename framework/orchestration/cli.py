@@ -270,7 +270,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             progress=lambda done, total, chunk: progress(done, total, chunk=chunk),
         )
         committed.append(True)
-    print(replay_summary(ran))
+    print(replay_summary(ran, start))
     return 0
 
 
@@ -648,7 +648,7 @@ def job_main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> i
             start_importing_quality()  # the replayed batches' audits and the table's validation need it
             spark = spark_session(f"finalresults-{pipeline.name}-replay", metastore=args.metastore)
             ran = replay_intervals(spark, pipeline, table, start, end, every, args.warehouse, args.landing)
-            print(replay_summary(ran))
+            print(replay_summary(ran, start))
         elif end is None:
             raise JobError(f"{args.end_flag} is required (unless --replay)")
         else:

@@ -252,6 +252,8 @@ def replay_intervals(
         if last is None:
             raise JobError(f"pipeline {pipeline.name!r}: no committed batch under {warehouse}: nothing to replay")
         stop = parse_time(last.batch_id, "the last committed batch id") + every
+    first = rt.replay_start(pipeline, batch_id(start))  # the state before ``start`` may not be kept
+    start = parse_time(first, "the first batch of its chunk")
     todo = intervals(start, stop, every)
     records = read_landing(spark, landing, table, todo[0][0], todo[-1][1])
     chosen, done = [Interval(batch_id(s), s, e) for s, e in todo], [0]
@@ -278,12 +280,19 @@ def summary(result: BatchResult) -> str:
     )
 
 
-def replay_summary(result: ReplayResult) -> str:
-    """One line on a replay: its range and the final rows it replaced."""
-    return (
+def replay_summary(result: ReplayResult, asked: dt.datetime | None = None) -> str:
+    """One line on a replay: its range and the final rows it replaced; and why it started before
+    the interval ``asked`` (it ran inside a chunk: the state before it was never kept)."""
+    line = (
         f"{result.pipeline} replay {result.first}..{result.last}: {len(result.batches)} batch(es) re-run, "
         f"{result.removed} final row(s) replaced by {result.emitted}"
     )
+    if asked is not None and batch_id(asked) != result.first:
+        line += (
+            f" (from {result.first}, the first interval of the chunk that holds {batch_id(asked)}: the state "
+            "between a chunk's intervals is not kept; those intervals ran again with their landing records as now)"
+        )
+    return line
 
 
 def gate_summary(found: Outcome) -> str:
