@@ -39,7 +39,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from framework import BufferConfig, Pipeline, Runtime, SessionWindows, Suppressed, TimeWindows, agg, spark_session
-from framework.operations.chunk import Interval, chunk_refusal
+from framework.operations.chunk import Interval, Range, chunk_refusal
 from framework.orchestration.jobs import batch_id
 
 T0 = dt.datetime(2026, 1, 1)
@@ -124,7 +124,7 @@ def per_interval(spark: SparkSession, p: Pipeline, landing: DataFrame, lake: str
 def chunked(spark: SparkSession, p: Pipeline, landing: DataFrame, lake: str, todo: list[Interval]) -> int:
     rt = Runtime(spark, lake, quality=False)
     chunks: list[int] = []
-    rt.run_range(p, todo, landing, "ingest_time", progress=lambda done, how: chunks.append(len(done)))
+    rt.run_range(p, Range(todo, landing, "ingest_time"), progress=lambda done, how: chunks.append(len(done)))
     return len(chunks)
 
 

@@ -42,6 +42,10 @@ def __getattr__(name: str):
         from .operations.runtime import BatchResult
 
         return BatchResult
+    if name in ("Interval", "Range"):  # a range of intervals: Runtime.run_range, replay_range
+        from .operations import chunk
+
+        return getattr(chunk, name)
     raise AttributeError(name)
 
 
@@ -56,6 +60,8 @@ __all__ = [
     "Runtime",
     "spark_session",
     "BatchResult",
+    "Interval",
+    "Range",
     "FrameworkError",
     "DefinitionError",
     "InputError",

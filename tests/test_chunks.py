@@ -25,13 +25,14 @@ from framework import (
     BufferConfig,
     ConcurrentBatchError,
     FingerprintMismatchError,
+    Interval,
     Pipeline,
+    Range,
     ReplayError,
     Runtime,
     Suppressed,
     TimeWindows,
 )
-from framework.operations.chunk import Interval
 from framework.storage import tables
 
 T0 = dt.datetime(2026, 1, 1)
@@ -75,6 +76,11 @@ def _landing(spark, split, keyless: int | None):
             seq += 1
     df = spark.createDataFrame(rows, "seq long, k string, ts_ms long, v long, arrived timestamp")
     return df.withColumn("ts", F.timestamp_millis("ts_ms")).drop("ts_ms")
+
+
+def _range(rt, intervals, split):
+    """``intervals`` of the landing records of ``split``, as ``run_range`` takes them."""
+    return Range(intervals, _landing(rt.spark, split, None), "arrived")
 
 
 def _intervals(n):
@@ -132,10 +138,10 @@ def _check(spark, kind, lateness, data, keyless=None, steps=False):
 
     def chunked():
         rt, p = Runtime(spark.newSession(), lake, quality=False), pipeline("chunked")
-        ran = rt.run_range(p, intervals, _landing(rt.spark, split, keyless), "arrived", chunk_records=bound)
+        ran = rt.run_range(p, Range(intervals, _landing(rt.spark, split, keyless), "arrived"), chunk_records=bound)
         assert [r.batch_id for r in ran] == [iv.batch_id for iv in intervals]
         assert all(r.status == "committed" for r in ran)
-        again = rt.run_range(p, intervals, _landing(rt.spark, split, keyless), "arrived", chunk_records=bound)
+        again = rt.run_range(p, Range(intervals, _landing(rt.spark, split, keyless), "arrived"), chunk_records=bound)
         assert {r.status for r in again} == {"already committed"}
         return _tables(rt, p), (rt, p)
 
@@ -220,16 +226,16 @@ def test_a_crash_at_every_write_of_a_chunk_then_maintenance_then_the_range_again
                 raise Crash(point)
 
         first = Runtime(spark.newSession(), lake, quality=False)
-        first.run_range(p, intervals[:1], _landing(first.spark, SPLIT, None), "arrived")
+        first.run_range(p, _range(first, intervals[:1], SPLIT))
         crashing = Runtime(spark.newSession(), lake, quality=False, before_write=fail)
         try:
-            crashing.run_range(p, intervals, _landing(crashing.spark, SPLIT, None), "arrived")
+            crashing.run_range(p, _range(crashing, intervals, SPLIT))
             raise AssertionError(f"no crash before {point!r}")
         except Crash:
             pass
         rt = Runtime(spark.newSession(), lake, quality=False)
         rt.spark.sql(f"OPTIMIZE delta.`{rt.tables(p).state}`")  # maintenance between the crash and the re-run
-        again = rt.run_range(p, intervals, _landing(rt.spark, SPLIT, None), "arrived")
+        again = rt.run_range(p, _range(rt, intervals, SPLIT))
         resumed = 5 if point == "publish" else 1  # the chunk committed, or only the interval before it
         assert [r.status for r in again] == ["already committed"] * resumed + ["committed"] * (5 - resumed), point
         return point, _tables(rt, p)
@@ -249,14 +255,14 @@ def test_an_interval_of_a_committed_chunk_run_alone_and_two_ranges_at_once(spark
     def attempt():
         rt = Runtime(spark.newSession(), lake, quality=False)
         try:
-            return [r.status for r in rt.run_range(p, intervals, _landing(rt.spark, SPLIT, None), "arrived")]
+            return [r.status for r in rt.run_range(p, _range(rt, intervals, SPLIT))]
         except ConcurrentBatchError as e:
             return str(e)
 
     outcomes = in_parallel([attempt, attempt])
     assert ["committed"] * 5 in outcomes, outcomes
     rt = Runtime(spark.newSession(), lake, quality=False)
-    assert rt.run_range(p, intervals, _landing(rt.spark, SPLIT, None), "arrived")[2].status == "already committed"
+    assert rt.run_range(p, _range(rt, intervals, SPLIT))[2].status == "already committed"
     assert _tables(rt, p) == reference
     landing, third = _landing(rt.spark, SPLIT, None), intervals[2]
     mine = landing.filter((F.col("arrived") >= third.start) & (F.col("arrived") < third.end))
@@ -273,12 +279,12 @@ def test_a_replay_of_a_chunked_range_runs_in_chunks_and_starts_at_a_chunk(spark,
     intervals, p = _intervals(len(SPLIT)), _pipeline("chunk_replay")
     fixed = [[(k, ts, v + 10 if k == "A" else v) for k, ts, v in batch] for batch in SPLIT]
     rt = Runtime(spark.newSession(), str(tmp_path / "replayed"), quality=False)
-    rt.run_range(p, intervals, _landing(rt.spark, SPLIT, None), "arrived")
+    rt.run_range(p, _range(rt, intervals, SPLIT))
     with pytest.raises(ReplayError, match=r"ran inside a chunk"):
-        rt.replay_range(p, intervals[2:], _landing(rt.spark, fixed, None), "arrived")
-    replayed = rt.replay_range(p, intervals, _landing(rt.spark, fixed, None), "arrived", chunk_records=4)
+        rt.replay_range(p, _range(rt, intervals[2:], fixed))
+    replayed = rt.replay_range(p, _range(rt, intervals, fixed), chunk_records=4)
     assert [r.batch_id for r in replayed.batches] == [iv.batch_id for iv in intervals]
     first = Runtime(spark.newSession(), str(tmp_path / "first"), quality=False)
-    first.run_range(p, intervals, _landing(first.spark, fixed, None), "arrived", chunk_records=1)
+    first.run_range(p, _range(first, intervals, fixed), chunk_records=1)
     (got, got_metrics), (want, want_metrics) = _tables(rt, p, committed=True), _tables(first, p, committed=True)
     assert (got, got_metrics) == (want, want_metrics)

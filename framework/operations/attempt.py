@@ -247,18 +247,24 @@ class BatchAttempt:
         schema drift."""
         checked = check_input(self.p, self.batch_id, input_df, self.s.latest_ms(batch_end))
         reading = reading_for(self.s, self.p, checked)
-        work: dict[str, Callable[[], object]] = {"reading the ledger": lambda: self.ledgers.read(self.t.state)}
         beside = reading.beside_ledger()
-        if beside is not None:
-            work["validating the input"] = beside
-        (self.seen, self.rows), *_ = self.steps.concurrently(work)
+        self._read_ledger(input_df, {"validating the input": beside} if beside is not None else {})
+        return reading
+
+    def _read_ledger(self, input_df: DataFrame, beside: dict[str, Callable[[], object]]) -> list:
+        """Read the ledger (upgrading an earlier layout first) while ``beside`` (work by step)
+        runs; learn the last committed batch and this batch's seq; check the input's schema
+        drift. What ``beside`` returned, in order."""
+        (self.seen, self.rows), *done = self.steps.concurrently(
+            {"reading the ledger": lambda: self.ledgers.read(self.t.state), **beside}
+        )
         if self.seen == ledger.NO_LEDGER and upgrade.upgrade(self.s.spark, self.p.name, self.t):
             self.seen, self.rows = self.ledgers.read(self.t.state)
         committed = ledger.committed_rows(self.rows)
         self.last = committed[-1] if committed else None
         self.seq = self.last.seq + 1 if self.last else 1
         check_drift(self.p, self.batch_id, input_df, self.last.input_schema if self.last else None)
-        return reading
+        return done
 
     def _finish_previous(self) -> list[str]:
         """Publish the last committed batch if still staged; the staging folders of later attempts."""

@@ -30,7 +30,7 @@ from ..definition.windows import TimeWindows
 from ..errors import FingerprintMismatchError
 from ..execution import plans
 from ..execution.batch import Batch, Effect, strict
-from ..execution.sources import BatchInput, CheckedInput, check_drift, check_input, fingerprint, rejected_records
+from ..execution.sources import BatchInput, CheckedInput, check_input, fingerprint, rejected_records
 from ..execution.streamtime import (
     NO_TIME,
     arrival_order,
@@ -39,7 +39,7 @@ from ..execution.streamtime import (
     to_epoch_millis,
     with_stream_time,
 )
-from ..storage import entries, files, ledger, metrics, sinks, state, tables, upgrade
+from ..storage import entries, files, ledger, metrics, sinks, state, tables
 from ..storage.ledger import LedgerRow, Status
 from .attempt import ATTEMPTED, BatchAttempt, BatchResult, result_of
 from .planning import SCAN_RECORDS_PER_PARTITION, Counted, Kept, Plan, definition, tallied
@@ -55,6 +55,16 @@ class Interval:
     batch_id: str
     start: dt.datetime
     end: dt.datetime
+
+
+@dataclass(frozen=True)
+class Range:
+    """Consecutive ``intervals`` and their records: ``input_df`` holds the records of all of
+    them, each in the interval its ``arrived`` column (a job's ``ingest_time``) falls in."""
+
+    intervals: list[Interval]
+    input_df: DataFrame
+    arrived: str
 
 
 def chunk_refusal(p: Pipeline) -> str | None:
@@ -148,15 +158,7 @@ class ChunkAttempt(BatchAttempt):
             rows = frame.groupBy(INTERVAL).agg(*checked.summary()).collect()
             return {r[INTERVAL]: r.asDict() for r in rows}
 
-        (self.seen, self.rows), summaries = self.steps.concurrently(
-            {"reading the ledger": lambda: self.ledgers.read(self.t.state), "validating the input": summarize}
-        )
-        if self.seen == ledger.NO_LEDGER and upgrade.upgrade(self.s.spark, self.p.name, self.t):
-            self.seen, self.rows = self.ledgers.read(self.t.state)
-        committed = ledger.committed_rows(self.rows)
-        self.last = committed[-1] if committed else None
-        self.seq = self.last.seq + 1 if self.last else 1
-        check_drift(self.p, self.batch_id, input_df, self.last.input_schema if self.last else None)
+        (summaries,) = self._read_ledger(input_df, {"validating the input": summarize})
         return checked, summaries
 
     def _committed_of(self, summaries: dict[int, dict]) -> list[BatchResult]:
@@ -411,19 +413,18 @@ def run_chunks(
     ledgers: ledger.Ledgers,
     p: Pipeline,
     t: tables.Tables,
-    intervals: list[Interval],
-    input_df: DataFrame,
-    arrived: str,
+    r: Range,
     bound: int,
     allow_gap: bool,
     progress: Progress | None = None,
     after: Callable[[list[BatchResult]], None] | None = None,
 ) -> list[BatchResult]:
-    """Run the consecutive ``intervals`` of ``p`` against the tables ``t`` (a pipeline's, or a
-    replay's staged ones) in chunks of at most ``bound`` records (``split``), or interval by
-    interval where a chunk cannot count ``p`` exactly (``chunk_refusal``); ``after(results)``
-    and ``progress(results, how)`` after each. ``allow_gap``: the first interval may start
-    anywhere, not only where the last committed one ended."""
+    """Run the range ``r`` of ``p`` against the tables ``t`` (a pipeline's, or a replay's staged
+    ones) in chunks of at most ``bound`` records (``split``), or interval by interval where a
+    chunk cannot count ``p`` exactly (``chunk_refusal``); ``after(results)`` and
+    ``progress(results, how)`` after each. ``allow_gap``: the first interval may start anywhere,
+    not only where the last committed one ended."""
+    intervals, input_df, arrived = r.intervals, r.input_df, r.arrived
     why = chunk_refusal(p)
     index = placed(arrived, intervals)
     results: list[BatchResult] = []

@@ -47,7 +47,7 @@ from ..errors import CommitLockTimeout, ConcurrentBatchError, ReplayError, first
 from ..storage import classic, files, ledger, state, tables, upgrade, writes
 from ..storage.ledger import LedgerRow, Status
 from .attempt import BatchAttempt, BatchResult
-from .chunk import CHUNK_RECORDS, Interval, Progress, run_chunks
+from .chunk import CHUNK_RECORDS, Progress, Range, run_chunks
 from .publication import Manifest, ReplayedRange, Staged, finish, mark
 from .settings import Settings
 from .steps import Steps
@@ -112,37 +112,23 @@ def replay_range(
     ledgers: ledger.Ledgers,
     t: tables.Tables,
     pipeline: Pipeline,
-    intervals: list[Interval],
-    input_df: DataFrame,
-    arrived: str,
+    r: Range,
     chunk_records: int = CHUNK_RECORDS,
     progress: Progress | None = None,
 ) -> ReplayResult:
-    """``replay`` of the committed ``intervals`` (through the last committed batch) whose
-    corrected records ``input_df`` holds, each in the interval its ``arrived`` column falls in:
-    run in chunks of at most ``chunk_records`` records against the staged layout
+    """``replay`` of the committed intervals of ``r`` (through the last committed batch) with
+    the corrected records ``r`` holds: run in chunks of at most ``chunk_records`` records against the staged layout
     (``chunk.run_chunks``), the range committed and published as ``replay`` does.
     ``progress(results, how)`` after each chunk."""
     p = pipeline.check_complete()
-    if not intervals:
+    if not r.intervals:
         raise ReplayError(f"pipeline {p.name!r}: a replay needs at least one interval")
 
     def run(staged: Staged) -> tuple[BatchResult, ...]:
-        ran = run_chunks(
-            s,
-            ledgers,
-            p,
-            staged,
-            intervals,
-            input_df,
-            arrived=arrived,
-            bound=chunk_records,
-            allow_gap=True,
-            progress=progress,
-        )
+        ran = run_chunks(s, ledgers, p, staged, r, bound=chunk_records, allow_gap=True, progress=progress)
         return tuple(ran)
 
-    return _replay(s, ledgers, t, p, [iv.batch_id for iv in intervals], run)
+    return _replay(s, ledgers, t, p, [iv.batch_id for iv in r.intervals], run)
 
 
 def _replay(

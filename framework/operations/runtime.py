@@ -21,7 +21,7 @@ from ..errors import CommitLockTimeout, FrameworkError, first_line
 from ..storage import bookkeeping, classic, compaction, ledger, locks, tables
 from ..storage import catalog as tables_catalog
 from .attempt import BatchAttempt, BatchResult, result_of
-from .chunk import CHUNK_RECORDS, Interval, Progress, run_chunks
+from .chunk import CHUNK_RECORDS, Progress, Range, run_chunks
 from .replay import ReplayBatch, ReplayResult, replay, replay_range, restorable_start
 from .settings import LOCAL_FOLD_RECORDS, LOCAL_FOLD_RECORDS_DEFAULT, Settings
 
@@ -187,21 +187,26 @@ class Runtime:
     def run_range(
         self,
         pipeline: Pipeline,
-        intervals: list[Interval],
-        input_df: DataFrame,
-        arrived: str,
+        r: Range,
         chunk_records: int = CHUNK_RECORDS,
         allow_gap: bool = False,
         progress: Progress | None = None,
     ) -> list[BatchResult]:
-        """Apply the consecutive ``intervals`` of ``pipeline`` in order, each recorded as its
-        own batch (its id, interval, fingerprint, metrics and asset of results) exactly as if run
-        one by one: ``input_df`` holds the records of all of them, each in the interval its
-        ``arrived`` column falls in. They run in chunks of at most ``chunk_records`` records, a
-        chunk one Spark plan and one commit point (``chunk.ChunkAttempt``); a pipeline a chunk
-        cannot count exactly (``chunk_refusal``) runs interval by interval. Intervals committed
-        already report 'already committed' (or a ``FingerprintMismatchError``).
-        ``progress(results, how)`` is called after each chunk (or interval) with its results."""
+        """Apply the consecutive intervals of range ``r`` (``chunk.Range``: them and their
+        records) of ``pipeline`` in order, each recorded as its own batch (its id, interval,
+        fingerprint, metrics and asset of results) exactly as if run one by one. They run in
+        chunks of at most ``chunk_records`` records, a chunk one Spark plan and one commit point
+        (``chunk.ChunkAttempt``); a pipeline a chunk cannot count exactly (``chunk_refusal``) runs
+        interval by interval. Intervals committed already report 'already committed' (or a
+        ``FingerprintMismatchError``). ``progress(results, how)`` is called after each chunk (or
+        interval) with its results.
+
+        Example::
+
+            hour = timedelta(hours=1)
+            days = [Interval(f"{t:%Y-%m-%dT%H}", t, t + hour) for t in (start + k * hour for k in range(720))]
+            rt.run_range(alerts, Range(days, landing_df, "ingest_time"))
+        """
         p = pipeline.check_complete()
         t = self.tables(p)
 
@@ -216,9 +221,7 @@ class Runtime:
             self._ledgers,
             p,
             t,
-            intervals,
-            input_df,
-            arrived=arrived,
+            r,
             bound=chunk_records,
             allow_gap=allow_gap,
             progress=progress,
@@ -259,18 +262,8 @@ class Runtime:
         return restorable_start(rows, batch_id)
 
     def replay_range(
-        self,
-        pipeline: Pipeline,
-        intervals: list[Interval],
-        input_df: DataFrame,
-        arrived: str,
-        chunk_records: int = CHUNK_RECORDS,
-        progress: Progress | None = None,
+        self, pipeline: Pipeline, r: Range, chunk_records: int = CHUNK_RECORDS, progress: Progress | None = None
     ) -> ReplayResult:
-        """``replay`` of the committed ``intervals`` through the last committed batch, their
-        corrected records in ``input_df`` (each in the interval its ``arrived`` column falls
-        in, as ``run_range`` takes them), run in chunks. See ``framework.operations.replay``."""
-        t = self.tables(pipeline)
-        return replay_range(
-            self.settings, self._ledgers, t, pipeline, intervals, input_df, arrived, chunk_records, progress
-        )
+        """``replay`` of the committed intervals of ``r`` through the last committed batch, with
+        the corrected records ``r`` holds, run in chunks. See ``framework.operations.replay``."""
+        return replay_range(self.settings, self._ledgers, self.tables(pipeline), pipeline, r, chunk_records, progress)

@@ -31,6 +31,7 @@ from ..errors import FrameworkError, SkippedIntervalError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from ..operations.chunk import Range
     from ..operations.outcome import Outcome
     from ..operations.replay import ReplayResult
     from ..operations.runtime import BatchResult
@@ -212,14 +213,12 @@ def backfill_intervals(
     of the landing records of the whole range, run in chunks of at most ``chunk_records``
     records (``Runtime.run_range``: each interval recorded as its own batch), or interval by
     interval for a pipeline a chunk cannot count; ``progress(results, how)`` after each chunk."""
-    from ..operations.chunk import CHUNK_RECORDS, Interval
+    from ..operations.chunk import CHUNK_RECORDS
     from ..operations.runtime import Runtime
 
-    records = read_landing(spark, landing, table, todo[0][0], todo[-1][1])
-    intervals = [Interval(batch_id(s), s, e) for s, e in todo]
     try:
         return Runtime(spark, warehouse, catalog=catalog).run_range(
-            pipeline, intervals, records, INGEST_TIME, chunk_records or CHUNK_RECORDS, progress=progress
+            pipeline, landing_range(spark, landing, table, todo), chunk_records or CHUNK_RECORDS, progress=progress
         )
     except SkippedIntervalError as e:
         raise (e.for_job(job) if job else e) from None
@@ -242,7 +241,7 @@ def replay_intervals(
     defaults to the end of the last committed batch; a replay must reach it (see
     ``framework.operations.replay``). ``progress(done, total, chunk)`` is called as each chunk has
     run (before the range commits), ``chunk`` saying which intervals it held (``chunk_line``)."""
-    from ..operations.chunk import CHUNK_RECORDS, Interval
+    from ..operations.chunk import CHUNK_RECORDS
     from ..operations.runtime import Runtime
     from ..storage import bookkeeping
 
@@ -254,16 +253,22 @@ def replay_intervals(
         stop = parse_time(last.batch_id, "the last committed batch id") + every
     first = rt.replay_start(pipeline, batch_id(start))  # the state before ``start`` may not be kept
     start = parse_time(first, "the first batch of its chunk")
-    todo = intervals(start, stop, every)
-    records = read_landing(spark, landing, table, todo[0][0], todo[-1][1])
-    chosen, done = [Interval(batch_id(s), s, e) for s, e in todo], [0]
+    todo, done = intervals(start, stop, every), [0]
 
     def ran(results: list[BatchResult], how: str) -> None:
         done[0] += len(results)
         if progress is not None:
             progress(done[0], len(todo), chunk_line(results, how))
 
-    return rt.replay_range(pipeline, chosen, records, INGEST_TIME, chunk_records or CHUNK_RECORDS, ran)
+    return rt.replay_range(pipeline, landing_range(spark, landing, table, todo), chunk_records or CHUNK_RECORDS, ran)
+
+
+def landing_range(spark: SparkSession, landing: str, table: str, todo: list[tuple[dt.datetime, dt.datetime]]) -> Range:
+    """The intervals ``todo`` of landing ``table`` as one range: one read of their records."""
+    from ..operations.chunk import Interval, Range
+
+    records = read_landing(spark, landing, table, todo[0][0], todo[-1][1])
+    return Range([Interval(batch_id(s), s, e) for s, e in todo], records, INGEST_TIME)
 
 
 def chunk_line(results: list[BatchResult], how: str) -> str:
