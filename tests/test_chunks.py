@@ -25,6 +25,7 @@ from framework import (
     BufferConfig,
     ConcurrentBatchError,
     FingerprintMismatchError,
+    InputError,
     Interval,
     Pipeline,
     Range,
@@ -201,9 +202,10 @@ def _pipeline(name):
     )
 
 
-def _one_by_one(spark, lake, p, intervals):
+def _one_by_one(spark, lake, p, intervals, split=SPLIT):
+    """The tables of ``split``'s intervals run one batch each."""
     rt = Runtime(spark.newSession(), lake, quality=False)
-    landing = _landing(rt.spark, SPLIT, None)
+    landing = _landing(rt.spark, split, None)
     for iv in intervals:
         mine = landing.filter((F.col("arrived") >= iv.start) & (F.col("arrived") < iv.end))
         rt.run_batch(p, iv.batch_id, mine, batch_end=iv.end, batch_start=iv.start)
@@ -288,3 +290,22 @@ def test_a_replay_of_a_chunked_range_runs_in_chunks_and_starts_at_a_chunk(spark,
     first.run_range(p, _range(first, intervals, fixed), chunk_records=1)
     (got, got_metrics), (want, want_metrics) = _tables(rt, p, committed=True), _tables(first, p, committed=True)
     assert (got, got_metrics) == (want, want_metrics)
+
+
+def test_a_chunk_refused_for_one_interval_s_records_commits_those_before_then_corrected_input_resumes(spark, tmp_path):
+    """A record without an event time in the third interval refuses the chunk; the range then
+    runs one interval at a time, so the two intervals before it commit and the error names the
+    third, as one by one. The landing records corrected, the range run again resumes there and
+    ends with the tables of the corrected intervals run one by one."""
+    intervals, p = _intervals(len(SPLIT)), _pipeline("chunk_refused")
+    bad = [list(b) for b in SPLIT]
+    bad[2] = [*bad[2], ("B", None, 9)]
+    fixed = [list(b) for b in SPLIT]
+    fixed[2] = [*fixed[2], ("B", 15, 9)]
+    rt = Runtime(spark.newSession(), str(tmp_path / "refused"), quality=False)
+    with pytest.raises(InputError, match=rf"batch '{intervals[2].batch_id}': 1 record\(s\) have a null event time"):
+        rt.run_range(p, _range(rt, intervals, bad))
+    assert [r.batch_id for r in rt.read_ledger(p).orderBy("seq").collect()] == [iv.batch_id for iv in intervals[:2]]
+    again = rt.run_range(p, _range(rt, intervals, fixed))
+    assert [r.status for r in again] == ["already committed"] * 2 + ["committed"] * 3
+    assert _tables(rt, p) == _one_by_one(spark, str(tmp_path / "one"), p, intervals, fixed)

@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from ..definition.columns import INTERVAL, LATE_BUCKET, REJECTED_BUCKET, STREAM_BEFORE, TS
 from ..definition.pipeline import Pipeline
 from ..definition.windows import TimeWindows
-from ..errors import FingerprintMismatchError
+from ..errors import FingerprintMismatchError, InputError, QualityGateError
 from ..execution import plans
 from ..execution.batch import Batch, Effect, strict
 from ..execution.sources import BatchInput, CheckedInput, check_input, fingerprint, rejected_records
@@ -448,7 +448,16 @@ def run_chunks(
     _, rows = ledgers.read(t.state)
     committed = {r.batch_id for r in ledger.committed_rows(rows)}
     for chunk in split(intervals, [counts.get(k, 0) for k in range(len(intervals))], committed, bound):
-        ran(ChunkAttempt(s, p, chunk, t, ledgers).run_chunk(input_df, arrived, gap()), "one chunk")
+        try:
+            ran(ChunkAttempt(s, p, chunk, t, ledgers).run_chunk(input_df, arrived, gap()), "one chunk")
+        except (InputError, QualityGateError) as e:
+            if len(chunk) == 1:
+                raise
+            # as one by one: the intervals before the one whose records or rows fail commit, and
+            # its own error names it (a refused chunk wrote nothing: its intervals run again)
+            how = f"one interval at a time, the chunk refused by an {type(e).__name__}"
+            for iv in chunk:
+                ran(ChunkAttempt(s, p, [iv], t, ledgers).run_chunk(input_df, arrived, gap()), how)
     return results
 
 
