@@ -4,8 +4,10 @@ results, the ledger, the commit files); write, read, list and remove the small f
 tables in a form that a classic session and the quality-gate task (no Spark) read too; and run
 batches with the guarantees of classic ones: equal rows and ledger, a crash before each write
 point then a re-run, a client killed with a write in flight then a re-run beside it, two clients
-racing one batch, a client racing a classic job; and the worked examples. The Airflow run of the
-demo over Connect is in ``test_airflow.py``.
+racing one batch, a client racing a classic job; and the worked examples. With the warehouse on
+the tests' S3 server, where the server's conditional-PUT LogStore makes commits atomic: batches,
+a client killed with a write in flight then a re-run, two clients racing one batch. The Airflow
+run of the demo over Connect is in ``test_airflow.py``.
 
 Each client runs in a subprocess: PySpark marks its whole process as a Connect client once a
 Connect session starts (``SPARK_CONNECT_MODE_ENABLED``), which would turn this worker's classic
@@ -20,8 +22,10 @@ import subprocess
 import sys
 
 import pytest
-from harness import frame, results, run_stream, unsunk
+import reference as ref
+from harness import expected, frame, results, run_stream, unsunk
 from test_concurrency import race
+from test_exactly_once import BATCHES, IDS, pipeline, run, snapshot
 
 from framework import Runtime
 from framework.operations import outcome
@@ -272,8 +276,9 @@ def _client(server, script, *args):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with connect_server(tmp_path_factory.mktemp("connect") / "server.log") as running:
+def server(tmp_path_factory, s3):
+    """The module's Connect server, which keeps warehouses on local disk and in ``s3``'s bucket."""
+    with connect_server(tmp_path_factory.mktemp("connect") / "server.log", s3=s3.spark_conf()) as running:
         yield running
 
 
@@ -483,3 +488,107 @@ def test_the_command_line_runs_as_a_thin_client(spark, server, tmp_path):
     before = sorted(map(str, Runtime(spark, warehouse).read_output(pipeline).collect()))
     cli("replay", ALERTS, "--from", "2026-01-01T01:00", *paths)
     assert sorted(map(str, Runtime(spark, warehouse).read_output(pipeline).collect())) == before and before
+
+
+ON_S3 = """
+import json, os, signal, sys, threading, time
+from framework import ConcurrentBatchError, Runtime, spark_session
+from test_exactly_once import pipeline, run
+
+warehouses, indices, mode, hook = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4:]
+spark = spark_session("connect-s3")  # SPARK_REMOTE names the server, whose conf reaches the bucket
+
+
+def kill(at):  # SIGKILL ``hook[1]`` s after write point ``hook[0]``: the write just sent is in flight
+    if at == hook[0]:
+        print("KILL", at, flush=True)
+        threading.Timer(float(hook[1]), os.kill, (os.getpid(), signal.SIGKILL)).start()
+
+
+def meet(at):  # both racers (``hook``: the barrier folder, a name) reach their commit point before either passes it
+    if at == "commit_point":
+        open(os.path.join(*hook), "w").close()
+        deadline = time.monotonic() + 300
+        while len(os.listdir(hook[0])) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+got = {}
+for warehouse in warehouses:
+    rt = Runtime(spark, warehouse, quality=False, before_write={"kill": kill, "race": meet}.get(mode))
+    got[warehouse] = []
+    for i in indices:
+        try:
+            got[warehouse].append(run(rt, pipeline("on_s3"), i).status)
+        except ConcurrentBatchError:  # another attempt's commit point landed first: a racer's, a killed client's
+            got[warehouse].append("fenced out")
+            if mode == "run":  # as Airflow's retry would
+                got[warehouse].append(run(rt, pipeline("on_s3"), i).status)
+if mode == "kill":
+    time.sleep(60)  # a batch that finished before the kill is killed all the same
+print(json.dumps(got))
+"""
+
+
+@pytest.fixture(scope="module")
+def s3_after_b0(spark, s3):
+    """A warehouse in the S3 bucket where batch b0 of ``pipeline("on_s3")`` committed (a classic
+    run: a Delta table copied with its log is the same table, so scenarios start from copies)."""
+    run(Runtime(spark, s3.url("connect_b0"), quality=False), pipeline("on_s3"), 0)
+    return "connect_b0"
+
+
+@pytest.fixture(scope="module")
+def clean_on_s3(spark, server, s3, s3_after_b0):
+    """A thin client runs b1 and b2 on a copy in the bucket: what a reader sees after it (every
+    table, read by a classic session)."""
+    lake = s3.copy(s3_after_b0, "connect_clean")
+    assert _client(server, ON_S3, json.dumps([lake]), "[1, 2]", "run") == {lake: ["committed", "committed"]}
+    return snapshot(Runtime(spark, lake, quality=False), pipeline("on_s3"))
+
+
+def test_batches_of_a_thin_client_on_s3_give_the_reference_models_results(spark, s3, clean_on_s3):
+    """Runtime over Connect on an ``s3a://`` warehouse: the LogStore in force is the server's
+    (its conf), which commits atomically, so the runtime starts; its batches give the final rows of
+    the reference model, and a classic session reads every table they wrote."""
+    want = expected(ref.run(ref.Tumbling(10, 2), BATCHES), IDS)
+    lake = Runtime(spark, s3.url("connect_clean"), quality=False)
+    assert results(lake, pipeline("on_s3")) == want and want
+    assert {"output", "late", "metrics", "ledger", "state"} <= set(clean_on_s3)
+
+
+def test_a_thin_client_on_s3_killed_with_its_commit_in_flight_then_rerun_ends_as_a_clean_run(
+    spark, server, s3, s3_after_b0, clean_on_s3
+):
+    """SIGKILL of a client 0.2 s after it sent b1's commit point to the server, which may still
+    make the commit's conditional PUT; a new client runs b1 and b2 again: b1 commits, or finds
+    it committed (and publishes it), or is fenced out by the commit landing meanwhile and runs
+    again, as Airflow's retry would. Every table is then the clean run's. (test_kill and the
+    local-disk test above kill at every write point.)"""
+    lake = s3.copy(s3_after_b0, "connect_killed")
+    args = [json.dumps([lake]), "[1]", "kill", "commit_point", "0.2"]
+    done = subprocess.run([sys.executable, "-c", ON_S3, *args], env=_client_env(server), capture_output=True, text=True)
+    assert done.returncode == -signal.SIGKILL and "KILL commit_point" in done.stdout, done.stderr[-3000:]
+    reran = _client(server, ON_S3, json.dumps([lake]), "[1, 2]", "run")[lake]  # b1: any of the three outcomes
+    assert reran[-1] == "committed", reran
+    assert snapshot(Runtime(spark, lake, quality=False), pipeline("on_s3")) == clean_on_s3
+
+
+def test_two_thin_clients_racing_one_batch_on_s3_commit_it_once(spark, server, s3, s3_after_b0, clean_on_s3, tmp_path):
+    """Two clients run b1 at once on one warehouse in the bucket, meeting at their commit point,
+    so the server's conditional PUTs of one Delta version race: one commits, the other is fenced
+    out; the batch is then committed once, and b2 after it ends as the clean run."""
+    lake = s3.copy(s3_after_b0, "connect_race")
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    command = [sys.executable, "-c", ON_S3, json.dumps([lake]), "[1]", "race", str(barrier)]
+    racers = [
+        subprocess.Popen([*command, name], env=_client_env(server), stdout=subprocess.PIPE, text=True)
+        for name in ("one", "two")
+    ]
+    outcomes = sorted(json.loads(r.communicate(timeout=600)[0].strip().splitlines()[-1])[lake] for r in racers)
+    assert outcomes == [["committed"], ["fenced out"]]
+    rt = Runtime(spark, lake, quality=False)
+    assert run(rt, pipeline("on_s3"), 1).status == "already committed"
+    assert run(rt, pipeline("on_s3"), 2).status == "committed"
+    assert snapshot(rt, pipeline("on_s3")) == clean_on_s3

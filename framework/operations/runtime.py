@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from ..definition.pipeline import Pipeline
 from ..errors import CommitLockTimeout, FrameworkError, first_line
-from ..storage import bookkeeping, classic, compaction, ledger, locks, tables
+from ..storage import backend, bookkeeping, classic, compaction, ledger, locks, tables
 from ..storage import catalog as tables_catalog
 from .attempt import BatchAttempt, BatchResult, result_of
 from .chunk import CHUNK_RECORDS, Progress, Range, run_chunks
@@ -59,9 +59,11 @@ class Runtime:
         max_clock_skew: dt.timedelta | None = dt.timedelta(days=1),
         catalog: str | None = None,
     ):
+        session = backend.of(spark)  # classic or Spark Connect: chosen once, for the session's life
         locks.check_atomic_commits(spark, warehouse)  # on S3, the LogStore replaces the file lock
         self.settings = Settings(
             spark=spark,
+            backend=session,
             warehouse=warehouse,
             bucket_ms=bucket // dt.timedelta(milliseconds=1),
             quality=quality,

@@ -10,6 +10,7 @@ from typing import Callable
 from pyspark.sql import SparkSession
 
 from ..execution.streamtime import to_epoch_millis
+from ..storage.backend import SessionBackend
 
 #: A Spark conf: a rate-limited batch whose records and previously buffered entries are at most
 #: this many (default 10,000) folds its buffer on the driver, in one query (``ratelimit.limit``).
@@ -22,6 +23,7 @@ class Settings:
     """See ``Runtime`` for what each means."""
 
     spark: SparkSession
+    backend: SessionBackend  # what differs between a classic and a Spark Connect session: chosen once, here
     warehouse: str
     bucket_ms: int  # width of window state's close-time buckets
     quality: bool  # audit final and rate-limited rows before publishing

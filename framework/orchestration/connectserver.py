@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..storage import jars
+from ..storage import s3 as s3_support
 
 SPARK_SUBMIT = Path(sys.executable).with_name("spark-submit")
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -50,11 +51,18 @@ def _listening(port: int) -> bool:
 
 
 @contextmanager
-def connect_server(log: Path, master: str = "local[1]", shuffle_partitions: int = 2) -> Iterator[ConnectServer]:
+def connect_server(
+    log: Path, master: str = "local[1]", shuffle_partitions: int = 2, s3: dict[str, str] | None = None
+) -> Iterator[ConnectServer]:
     """A Connect server with Delta on a free loopback port, its output in ``log``; by default one
-    task thread and two shuffle partitions, as the tests' own sessions."""
+    task thread and two shuffle partitions, as the tests' own sessions. ``s3``: the server keeps
+    warehouses on S3 too, with what a classic session's ``s3=True`` loads (hadoop-aws, the
+    conditional-PUT LogStore for ``s3a://``) and these settings (the bucket's ``spark.hadoop.fs.s3a.*``)."""
     port = _free_port()
-    packages, files = jars.for_submit(jars.DELTA_PACKAGE)
+    packages = [jars.DELTA_PACKAGE, *(s3_support.packages() if s3 is not None else [])]
+    on_s3 = s3_support.conf() if s3 is not None else {}
+    given = [on_s3.pop("spark.jars")] if on_s3 else []  # the LogStore's jar, in spark-submit's --jars
+    resolved = jars.recorded(packages)  # the files Ivy resolved at install: the JVM starts without resolving
     settings = {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -64,9 +72,14 @@ def connect_server(log: Path, master: str = "local[1]", shuffle_partitions: int 
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(port),
         "spark.ui.enabled": "false",
+        **on_s3,
+        **(s3 or {}),
     }
     command = [str(SPARK_SUBMIT), "--class", SERVER_CLASS, "--master", master, "--name", "finalresults-connect"]
-    command += ["--jars", files] if files else ["--packages", str(packages)]
+    if resolved is None:
+        command += ["--packages", ",".join(packages)]
+    if files := [*(resolved or []), *given]:
+        command += ["--jars", ",".join(files)]
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)

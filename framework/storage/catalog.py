@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 
 from ..definition.columns import BUCKET, ENTRY, LATE_BUCKET, LEDGER_BUCKET, REJECTED_BUCKET, SEQ
 from ..errors import FrameworkError
-from . import bookkeeping, classic, entries, ledger, locks, metrics, tables
+from . import backend, bookkeeping, entries, ledger, locks, metrics, tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -143,7 +143,7 @@ def _absolute(spark: SparkSession, path: str) -> str:
     table relative to the JVM's working folder, so that is where the location must point."""
     if urlparse(path).scheme:
         return path
-    return classic.qualified(spark, path)
+    return backend.of(spark).qualified(path)
 
 
 def _same_location(a: str, b: str) -> bool:

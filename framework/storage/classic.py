@@ -5,7 +5,9 @@ the Python process talks to; a Spark Connect session (``sc://host:port``) has no
 client's process, only the DataFrame API, over gRPC, to a server. The framework is written
 against that shared API. Where the JVM answers much cheaper (a Delta snapshot without a Spark
 job, a small file without a write job, a commit file by name), the classic way is here, in this
-one module, and its callers ask ``is_classic`` first. No other module reaches into the JVM
+one module, and a classic session's backend (``backend.ClassicBackend``, chosen once per session
+by ``is_classic``) calls it; the session factory and the one-pass read too, which a classic
+session alone runs. No other module reaches into the JVM
 (``_jvm``, ``_jsc``, ``_jdf``, ``sparkContext``, py4j): ``tests/unit/test_layers.py`` checks.
 """
 

@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 from pyspark.sql import SparkSession
 
 from ..errors import CommitLockTimeout, FrameworkError
-from . import classic
+from . import backend
 
 LOCK_WAIT_S = 600.0  # how long a commit waits for another writer's commit to the same table
 
@@ -107,13 +107,15 @@ def check_atomic_commits(spark: SparkSession, warehouse: str) -> None:
     (docs/s3.md); any other LogStore (Delta's ``S3DynamoDBLogStore``) is taken as the user's
     choice.
 
-    The LogStore is Delta's own pick for the warehouse's path (``classic.delta_logstore``), not a
-    session setting: Delta reads ``spark.delta.logStore.*`` from the conf the SparkContext
-    started with, so a ``spark.conf.set`` of it afterwards changes nothing Delta does."""
+    The LogStore is Delta's own pick for the warehouse's path, as the session's backend learns
+    it (``SessionBackend.logstore``: a classic session asks Delta in its JVM; over Spark Connect
+    it is the server's, read from the conf the server started with), not a session setting:
+    Delta reads ``spark.delta.logStore.*`` from the conf its SparkContext started with, so a
+    ``spark.conf.set`` of it afterwards changes nothing Delta does."""
     scheme = urlparse(warehouse).scheme
     if scheme not in S3_SCHEMES:
         return
-    store = classic.delta_logstore(spark, warehouse)
+    store = backend.of(spark).logstore(warehouse)
     if store.endswith("S3SingleDriverLogStore"):
         raise FrameworkError(
             f"warehouse {warehouse!r} is on S3, but Delta commits there with {store}, whose commits are "

@@ -20,25 +20,19 @@ of their own; ``framework.storage.upgrade`` moves them into ``_state``.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TypeVar
-from urllib.parse import urlparse
 
-from delta.tables import DeltaTable
-from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import ArrayType, DataType, MapType, Row, StructType
 
-from ..errors import FrameworkError
-from . import classic
+from . import backend
+from .backend import NO_TABLE as NO_TABLE  # what a read answers for a path with no table (tests name it here)
 from .locks import committing, conf_guard
-
-T = TypeVar("T")
+from .sqltext import literal, quoted
 
 CREATE_WAIT_S = 30.0  # how long a runner waits for another runner's creation of a table to land
 
@@ -82,83 +76,16 @@ class Tables:
 
 
 def exists(spark: SparkSession, path: str) -> bool:
-    """Whether a Delta table is at ``path``. Over Spark Connect, by analysing a read of it, which
-    resolves the table's last snapshot: no job where that version has a checksum file, which
-    commits over Connect write and a classic session of ours does not. Not delta-spark's
-    ``DeltaTable``, which needs Delta's Connect plugin on the server (Delta 4.4 publishes none for
-    Spark 4.2), nor ``DESCRIBE DETAIL``, which runs a job (1.4 s on a one-thread server)."""
-    if classic.is_classic(spark):
-        return DeltaTable.isDeltaTable(spark, path)
-    return _unless_no_table(lambda: read(spark, path).schema) is not None
-
-
-# What Delta answers, over Spark Connect, for a path with no table: no such path, an empty folder,
-# a folder of Parquet files, asked by a read, DESCRIBE HISTORY or DESCRIBE DETAIL (some arrive
-# as a generic error: PySpark maps a server exception it does not know, such as Delta's
-# FileNotFoundException, to UnknownException, with the condition kept). Any other error is one.
-NO_TABLE = (
-    "PATH_NOT_FOUND",
-    "DELTA_FILE_NOT_FOUND",
-    "DELTA_MISSING_DELTA_TABLE",
-    "DELTA_PATH_DOES_NOT_EXIST",
-    "DELTA_TABLE_NOT_FOUND",
-    "DELTA_TABLE_ONLY_OPERATION",
-)
-
-
-def _unless_no_table(ask: Callable[[], T]) -> T | None:
-    """``ask()``, or None if it fails because there is no Delta table where it looked; any
-    other failure (a server without Delta's extensions, a file it cannot read) is raised."""
-    try:
-        return ask()
-    except PySparkException as e:
-        if (e.getCondition() or "").startswith(NO_TABLE):
-            return None
-        raise
-
-
-def _connect_head(spark: SparkSession, path: str) -> tuple[str, int] | None:
-    """``head`` over Spark Connect: the last version from ``DESCRIBE HISTORY``, the table's id
-    from that version's checksum file (``<version>.crc``, one line of JSON that Delta writes
-    beside each commit), else, where there is none, from ``DESCRIBE DETAIL``, which runs a job."""
-    table = as_table(spark, path)
-    last = _unless_no_table(lambda: spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").select("version").first())
-    if last is None:
-        return None
-    version = int(last[0])
-    checksum = _unless_no_table(lambda: spark.read.text(f"{path}/_delta_log/{version:020d}.crc").first())
-    try:  # a checksum being written (a store without atomic writes) reads as broken JSON
-        table_id = json.loads(checksum[0])["metadata"]["id"] if checksum else None
-    except (ValueError, KeyError, TypeError):
-        table_id = None
-    if not table_id:
-        detail = _unless_no_table(lambda: spark.sql(f"DESCRIBE DETAIL {table}").first())
-        if detail is None or detail["format"] != "delta" or not detail["id"]:  # gone since
-            return None
-        table_id = detail["id"]
-    return table_id, version
-
-
-def quoted(name: str) -> str:
-    """A name (a column, a path) as a SQL identifier."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def literal(text: str) -> str:
-    """A string as a SQL literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """Whether a Delta table is at ``path`` (``SessionBackend.is_table``)."""
+    return backend.of(spark).is_table(path)
 
 
 def as_table(spark: SparkSession, path: str) -> str:
     """The Delta table at ``path`` as SQL names it (``delta.`<path>```). SQL takes only an
     absolute path (or a URL) there: a relative one is resolved as a classic session's reads
     resolve it, against the JVM's working folder; over Spark Connect the server would resolve it
-    against its own, so it is refused."""
-    if not urlparse(path).scheme and not os.path.isabs(path):
-        if not classic.is_classic(spark):
-            raise FrameworkError(f"{path!r}: over Spark Connect a warehouse path must be absolute (or a URL)")
-        path = classic.qualified(spark, path)
-    return f"delta.{quoted(path)}"
+    against its own, so it is refused (``SessionBackend.sql_name``)."""
+    return backend.of(spark).sql_name(path)
 
 
 def merge(spark: SparkSession, path: str, source: DataFrame, on: str, clauses: Iterable[str]) -> Row | None:
@@ -208,13 +135,10 @@ def read(spark: SparkSession, path: str, version: int | None = None) -> DataFram
 
 def head(spark: SparkSession, path: str) -> tuple[str, int] | None:
     """The table's id (new when a table is created again at the same path) and current version,
-    or None if it does not exist yet. A classic session reads the log's listing, with no Spark job
-    (``DeltaLog.update`` with its default arguments, called from Python); over Spark Connect see
-    ``_connect_head``."""
-    if not classic.is_classic(spark):
-        return _connect_head(spark, path)
-    with classic.delta_snapshot(spark, path) as current:
-        return None if current is None else (current.metadata().id(), current.version())
+    or None if it does not exist yet. A classic session reads the log's listing, with no Spark
+    job; over Spark Connect, ``DESCRIBE HISTORY`` and the version's checksum file
+    (``SessionBackend.head``)."""
+    return backend.of(spark).head(path)
 
 
 def prepare(spark: SparkSession, path: str) -> None:
@@ -222,14 +146,7 @@ def prepare(spark: SparkSession, path: str) -> None:
     it needs first: done ahead, beside other work, that commit starts from a cached snapshot.
     Best effort: if this fails, the commit computes them itself and reports what fails. Over
     Spark Connect the server's Delta computes them at the commit: there is no snapshot to ask."""
-    if not classic.is_classic(spark):
-        return
-    try:
-        with classic.delta_snapshot(spark, path) as current:
-            if current is not None:
-                current.transactions()
-    except classic.JavaError:
-        pass
+    backend.of(spark).prepare(path)
 
 
 def latest_version(spark: SparkSession, path: str) -> int | None:
