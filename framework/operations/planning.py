@@ -159,7 +159,7 @@ class OnePass(Reading):
 def reading_for(s: Settings, p: Pipeline, checked: CheckedInput) -> Reading:
     """How a batch of ``p`` reads ``checked``: ``OnePass`` where its plan ``reduces`` the records
     and the session returns a checkpoint's observed metrics, else ``SeparateReads``."""
-    one_pass = plans.reduces(p) and classic.is_classic(s.spark)
+    one_pass = plans.reduces(p) and s.backend.observes_checkpoints
     return OnePass(checked) if one_pass else SeparateReads(checked)
 
 
