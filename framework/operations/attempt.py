@@ -350,7 +350,7 @@ class BatchAttempt:
         )
 
     def _check_unfinished(self, pending: list[str]) -> None:
-        """Refuse to run a batch while an attempt of an earlier batch id at the same sequence
+        """Refuse to run a batch while an attempt of another batch id at the same sequence
         number did not commit (it failed, or still runs): its records would be skipped. That
         batch may be re-run with corrected input; nothing else needs it."""
         for name in pending:

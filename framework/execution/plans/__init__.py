@@ -5,8 +5,9 @@ Pure DataFrame plans, no writes (``storage.state`` and ``storage.sinks`` write w
 attempt, ``operations.attempt``, planned). Two strategies:
 
 - time windows (``time``) and plain tables (``plain``): a row per record and window holding it
-  (per record for a plain table), aggregated into partial columns and merged with the stored
-  partials;
+  (per record for a plain table), aggregated into partial columns; time windows keep a log of
+  partial rows (one per window and batch, or chunk, that touched it) merged when the window
+  closes, a plain table one row per key merged with the batch's;
 - session (``session``) and sliding (``sliding``) windows: a fold over each key's rows in arrival
   order (``execution.fold``) decides which sessions a record joins or merges, or which sliding
   windows it updates and creates (as Kafka Streams does, from the windows the key holds);
