@@ -11,8 +11,12 @@ the results those of the reference model for the per-interval split.
 
 import datetime as dt
 import json
+import signal
+import subprocess
+import sys
 import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 import reference as ref
@@ -309,3 +313,40 @@ def test_a_chunk_refused_for_one_interval_s_records_commits_those_before_then_co
     again = rt.run_range(p, _range(rt, intervals, fixed))
     assert [r.status for r in again] == ["already committed"] * 2 + ["committed"] * 3
     assert _tables(rt, p) == _one_by_one(spark, str(tmp_path / "one"), p, intervals, fixed)
+
+
+KILLED_CHILD = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+from framework import Runtime, spark_session
+from test_chunks import SPLIT, _intervals, _pipeline, _range
+
+def hook(at):
+    if at == "publish":
+        print("KILL", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+spark = spark_session("killed-chunk", master="local[1]")
+rt = Runtime(spark, sys.argv[1], quality=False, before_write=hook)
+rt.run_range(_pipeline("chunk_killed"), _range(rt, _intervals(len(SPLIT)), SPLIT))
+print("DONE", flush=True)
+"""
+
+
+def test_kill_9_after_a_chunk_s_commit_point_then_the_range_again_equals_one_by_one(spark, tmp_path):
+    """A process running a range is killed (SIGKILL, its JVM with it) after its chunk's commit
+    point, before publication: nothing of it cleans up. The range run again finds every interval
+    committed, publishes the staged rows once, and the tables are those of a run one by one."""
+    intervals, p, lake = _intervals(len(SPLIT)), _pipeline("chunk_killed"), str(tmp_path / "killed")
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_CHILD.format(tests=str(Path(__file__).parent)), lake],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert child.returncode == -signal.SIGKILL and "KILL" in child.stdout and "DONE" not in child.stdout
+    rt = Runtime(spark.newSession(), lake, quality=False)
+    assert not tables.exists(rt.spark, rt.tables(p).output)  # committed, not yet published
+    again = rt.run_range(p, _range(rt, intervals, SPLIT))
+    assert {r.status for r in again} == {"already committed"}
+    assert _tables(rt, p) == _one_by_one(spark, str(tmp_path / "one"), p, intervals)
