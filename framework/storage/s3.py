@@ -7,11 +7,14 @@ local disk the framework holds a file lock around each commit for that (``locks.
 On S3 the LogStore does it: ``S3ConditionalPutLogStore`` (``java/``, built into a small jar by
 ``make install``) writes each commit file with one conditional PUT (``If-None-Match: *``), so of
 two writers of one version exactly one wins, whatever process or machine they run on. The PUT is
-built by s3a's request factory (the bucket's encryption, ACL and storage class apply), carries an
-id that tells the writer's own commit from a conflict when a retried PUT is answered 412, and is
-sent only to a store seen to refuse a second conditional PUT of one key. Delta's own
-``S3DynamoDBLogStore`` (artifact ``io.delta:delta-storage-s3-dynamodb``) does the same with a
-DynamoDB table; set ``spark.delta.logStore.s3a.impl`` to it where that artifact can be installed.
+built by s3a's request factory (the bucket's encryption, ACL and storage class apply) and carries
+an id: any answer that leaves its outcome open (a 5xx, a 409, a timeout, a reset) is settled by
+reading the commit back (its own id, another writer's, or none: the same PUT again), so a commit
+is never reported failed and then lands. It is sent only to a store seen to let one of two
+racing conditional PUTs win. Delta's own ``S3DynamoDBLogStore`` (artifact
+``io.delta:delta-storage-s3-dynamodb``) does the same with a DynamoDB table; set
+``spark.delta.logStore.s3a.impl`` to it where that artifact can be installed. Any other LogStore
+is refused on S3 (``require_atomic_logstore``) unless the user names it (``ATOMIC_LOGSTORES_CONF``).
 """
 
 from __future__ import annotations
