@@ -26,6 +26,7 @@ first PUT, so a test can tell which versions writers aimed at and what they sent
 from __future__ import annotations
 
 import http.client
+import random
 import re
 import socket
 import struct
@@ -53,12 +54,14 @@ HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length",
 
 @dataclass(frozen=True)
 class Fault:
-    """``kind`` given to the first ``times`` ``op`` requests of each key ``on`` matches."""
+    """``kind`` given to the first ``times`` ``op`` requests of each key ``on`` matches, each
+    with probability ``chance`` (drawn from the proxy's seeded generator: a soak's faults)."""
 
     kind: str
     op: str = "PUT"
     on: str = COMMIT
     times: int = 1
+    chance: float = 1.0
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS and self.op in ("PUT", "GET", "HEAD", "LIST", "DELETE"), self
@@ -76,6 +79,7 @@ class Seen:
     hits: Counter = field(default_factory=Counter)  # (fault index, key) -> requests that got it
     lock: threading.Condition = field(default_factory=threading.Condition)
     busy: int = 0  # requests being handled (a slow one until it landed)
+    rng: random.Random = field(default_factory=random.Random)
 
     @property
     def commits(self) -> list[tuple[str, int | str]]:
@@ -97,7 +101,12 @@ class Seen:
         """The fault the next ``op`` request of ``key`` gets, counted as given; None for none."""
         with self.lock:
             for i, f in enumerate(faults):
-                if f.op == op and re.search(f.on, key) and self.hits[i, key] < f.times:
+                if (
+                    f.op == op
+                    and re.search(f.on, key)
+                    and self.hits[i, key] < f.times
+                    and (f.chance >= 1 or self.rng.random() < f.chance)
+                ):
                     self.hits[i, key] += 1
                     self.given.append((f.kind, op, key))
                     return f.kind
@@ -236,11 +245,11 @@ def _xml(status: int) -> bytes:
 
 
 @contextmanager
-def proxy(upstream: str, faults: Sequence[Fault] = (), store: str = "atomic"):
+def proxy(upstream: str, faults: Sequence[Fault] = (), store: str = "atomic", seed: int = 0):
     """A proxy to ``upstream`` (``http://127.0.0.1:<port>``) with ``faults`` and ``store`` (the
     module's docstring), on a free port of 127.0.0.1: yields (its endpoint, what it saw)."""
     assert store in ("atomic", "ignores", "racy"), store
-    seen = Seen()
+    seen = Seen(rng=random.Random(seed))
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(upstream, tuple(faults), store, seen))
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
