@@ -151,11 +151,12 @@ def test_overwrites_take_s3as_write_path_with_its_retries_and_its_errors(spark, 
 
 def test_a_table_checkpoints_and_reads_back_through_faults_on_its_log(spark, s3):
     """Delta's checkpoint (its Parquet file and ``_last_checkpoint``) and its reads of the log
-    (GET of a commit cut mid-body, LIST and HEAD answered 503) meet faults and retry them: the
-    table reads back whole from its checkpoint."""
+    and data (GETs of a commit and of Parquet files cut mid-body, LIST and HEAD answered 503)
+    meet faults and retry them: the table reads back whole from its checkpoint."""
     faults = [
         Fault("5xx", on=CHECKPOINT, times=2),
         Fault("reset", op="GET", on=COMMIT),
+        Fault("reset", op="GET", on=r"\.parquet$"),
         Fault("5xx", op="LIST", on="/_delta_log/"),
         Fault("5xx", op="HEAD", on="_last_checkpoint$"),
     ]
@@ -169,8 +170,14 @@ def test_a_table_checkpoints_and_reads_back_through_faults_on_its_log(spark, s3)
         assert sorted(r.id for r in spark.read.format("delta").load(table).collect()) == [0, 1, 2, 3, 4]
     assert json.loads(stored(bucket, "t/_delta_log/_last_checkpoint")[0])["version"] == 1
     assert "t/_delta_log/00000000000000000001.checkpoint.parquet" in bucket.keys()
-    given = {(kind, op) for kind, op, _ in seen.given}
-    assert given == {("5xx", "PUT"), ("reset", "GET"), ("5xx", "LIST"), ("5xx", "HEAD")}, seen.given
+    given = {(kind, op, key.rsplit(".", 1)[-1] if op == "GET" else "") for kind, op, key in seen.given}
+    assert given == {
+        ("5xx", "PUT", ""),
+        ("reset", "GET", "json"),
+        ("reset", "GET", "parquet"),
+        ("5xx", "LIST", ""),
+        ("5xx", "HEAD", ""),
+    }, seen.given
 
 
 @pytest.mark.parametrize("store", ["ignores", "racy"])
