@@ -27,12 +27,19 @@ Faults (one per step, drawn by ``--seed``):
   warehouse skips the interval too).
 
 The clean warehouse runs each effective batch once, in a thread beside the faulty one (its own
-session). Compared after every step: the results table row for row (lost = rows of the clean run
-missing, duplicated = rows beyond it), late records, metrics, window state, the rate-limiting
-buffer, and the committed ledger rows (batch id, seq, fingerprint, stream time, interval). Exits
-1 on any mismatch.
+session). Compared after every step, each as a multiset (a row twice counts twice): the results
+table, late records, metrics, window state, the rate-limiting buffer, and the committed ledger
+rows (batch id, seq, fingerprint, stream time, interval). Lost = rows of the clean run missing,
+duplicated = rows beyond it, counted per table. Exits 1 on any mismatch.
+
+With ``--s3`` both warehouses live on the S3 test server, and the soaked one's bucket is reached
+through the fault proxy of tests/s3faults.py: each request has ``--s3-chance`` of one of S3's
+faults (``s3_faults``: 5xx before and after the write applied, 409, lost answers and resets on
+commit PUTs; 5xx and resets on other PUTs, GETs, HEADs and LISTs), counted with the step faults
+toward ``--faults`` and summarised by kind.
 
     .venv/bin/python bench/soak.py --seed 1 --faults 500 --minutes 600
+    .venv/bin/python bench/soak.py --s3 --seed 1 --faults 2000 --minutes 600
 """
 
 from __future__ import annotations
@@ -58,7 +65,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("SPARK_CONF_DIR", str(ROOT / "tests" / "spark-conf"))
 
 from harness import frame, in_parallel, rows_of  # noqa: E402
-from test_exactly_once import Crash, bookkeeping_frame, pipeline, snapshot_frames  # noqa: E402
+from test_exactly_once import Crash, pipeline, snapshot_frames  # noqa: E402
 from test_operations import _in_thread, _maintain, _Paused, _tables  # noqa: E402
 
 from framework import (  # noqa: E402
@@ -255,7 +262,7 @@ class Mismatch(AssertionError):
 
 class Soak:
     def __init__(
-        self, spark, warehouse: str, seed: int, kinds: dict, windows: list, clean: str, scratch: Path, env=None
+        self, spark, warehouse: str, seed: int, kinds: dict, windows: list, clean: str, scratch: Path, env=None, s3=None
     ):
         self.rng = random.Random(seed)
         self.spark, self.warehouse = spark, warehouse
@@ -266,7 +273,9 @@ class Soak:
         self.pending = []
         self.kinds, self.streams = kinds, [Stream(kind) for kind in windows]
         self.worker = Worker(warehouse, scratch / "worker.log", env)
-        self.faults, self.rows, self.lost, self.duplicated, self.steps = Counter(), 0, 0, 0, 0
+        self.faults, self.rows, self.steps = Counter(), 0, 0
+        self.lost, self.duplicated = Counter(), Counter()  # rows, per table
+        self.s3 = s3  # what the S3 fault proxy gave (--s3), or None
         self.mismatches: list[str] = []
 
     # the clean side
@@ -468,44 +477,45 @@ class Soak:
                 self.commit(stream, i)
 
     # the verdict
-    def tables(self, rt: Runtime, p) -> dict:
-        """The tables compared, read in one Spark query: ``snapshot``'s, the committed ledger rows,
-        and the results' rows with their duplicates."""
+    def tables(self, rt: Runtime, p) -> dict[str, Counter]:
+        """The tables compared, read in one Spark query: ``snapshot``'s and the committed ledger
+        rows, each as a multiset (a row twice counts twice)."""
         frames = snapshot_frames(rt, p)
         frames["ledger"] = (
             rt.read_ledger(p)
             .filter("status = 'committed'")
             .select("seq", "batch_id", "fingerprint", "stream_time", "interval_start", "interval_end")
         )
-        output = bookkeeping_frame(rt.spark, rt.tables(p).output)
-        if output is not None:
-            frames["rows"] = output
-        read = rows_of(frames)
-        found = {name: sorted(set(rows)) for name, rows in read.items() if name != "rows"}
-        found["rows"] = Counter(read.get("rows", []))  # not distinct: duplicates count
-        return found
+        return {name: Counter(rows) for name, rows in rows_of(frames).items()}
 
     def check(self, stream: Stream) -> None:
+        """Every table of ``stream``'s pipeline against the clean warehouse's: rows of the clean
+        run missing are lost, rows beyond it duplicated, counted per table."""
         for done in self.pending:
             done.result()
         self.pending = []
         p = stream.p
         faulty, clean = in_parallel([lambda: self.tables(self.rt, p), lambda: self.tables(self.clean, p)])
-        lost, duplicated = clean["rows"] - faulty["rows"], faulty["rows"] - clean["rows"]
-        self.lost += sum(lost.values())
-        self.duplicated += sum(duplicated.values())
-        self.rows += sum(clean["rows"].values()) + sum(len(v) for k, v in clean.items() if k != "rows")
         for name in sorted(faulty.keys() | clean.keys()):
-            if faulty.get(name) != clean.get(name):
+            ours, theirs = faulty.get(name, Counter()), clean.get(name, Counter())
+            lost, duplicated = theirs - ours, ours - theirs
+            self.lost[name] += sum(lost.values())
+            self.duplicated[name] += sum(duplicated.values())
+            self.rows += sum(theirs.values())
+            if lost or duplicated:
                 self.mismatches.append(
-                    f"step {self.steps} ({stream.kind}, after {batch_id(stream.next - 1)}): {name} differs"
+                    f"step {self.steps} ({stream.kind}, after {batch_id(stream.next - 1)}): {name}: "
+                    f"lost {dict(lost)}, duplicated {dict(duplicated)}"[:600]
                 )
-        if lost or duplicated:
-            self.mismatches.append(f"step {self.steps}: lost {dict(lost)}, duplicated {dict(duplicated)}")
+
+    def injected(self) -> int:
+        """Faults injected so far: the steps' (maintenance not counted) and S3's."""
+        s3 = sum(self.s3.kinds().values()) if self.s3 else 0
+        return sum(self.faults.values()) - self.faults["maintenance"] + s3
 
     def run(self, faults: int, deadline: float) -> None:
         kinds, weights = zip(*self.kinds.items())
-        while sum(self.faults.values()) - self.faults["maintenance"] < faults and time.monotonic() < deadline:
+        while self.injected() < faults and time.monotonic() < deadline:
             stream = self.rng.choice(self.streams)
             if not stream.committed and self.rng.random() < 0.5:
                 self.step(stream, "first_run")  # an ordinary batch, so that late records and state build up
@@ -522,24 +532,38 @@ class Soak:
         return {
             "seed": seed,
             "steps": self.steps,
-            "faults": sum(self.faults.values()),
+            "faults": self.injected() + self.faults["maintenance"],
             "faults_by_kind": dict(sorted(self.faults.items())),
+            "s3_faults_by_kind": dict(sorted(self.s3.kinds().items())) if self.s3 else {},
             "batches": {s.kind: len(s.committed) for s in self.streams},
             "rows_checked": self.rows,
-            "lost": self.lost,
-            "duplicated": self.duplicated,
+            "lost": sum(self.lost.values()),
+            "duplicated": sum(self.duplicated.values()),
+            "lost_by_table": dict(sorted(self.lost.items())),
+            "duplicated_by_table": dict(sorted(self.duplicated.items())),
             "mismatches": self.mismatches,
             "seconds": round(seconds, 1),
-            "passed": not self.mismatches and self.lost == 0 and self.duplicated == 0,
+            "passed": not self.mismatches and not +self.lost and not +self.duplicated,
         }
 
 
 def soak(
-    spark, warehouse: str, clean: str, seed: int, faults: int, minutes: float, windows, kinds, scratch: Path, env=None
+    spark,
+    warehouse: str,
+    clean: str,
+    seed: int,
+    faults: int,
+    minutes: float,
+    windows,
+    kinds,
+    scratch: Path,
+    env=None,
+    s3=None,
 ) -> dict:
-    """Run the soak; its summary (``passed``: every step's tables equal the clean run's)."""
+    """Run the soak; its summary (``passed``: every step's tables equal the clean run's). ``s3``:
+    what the S3 fault proxy in front of ``warehouse`` gave (its ``Seen``), counted as faults."""
     start, lock_wait = time.monotonic(), locks.LOCK_WAIT_S
-    s = Soak(spark, warehouse, seed, kinds, windows, clean, scratch, env)
+    s = Soak(spark, warehouse, seed, kinds, windows, clean, scratch, env, s3)
     if any(k in kinds for k in ("kill", "stop")):
         s.worker.start()  # its JVM starts while the first steps run
     try:
@@ -555,14 +579,35 @@ def soak(
 
 def report(summary: dict) -> str:
     kinds = ", ".join(f"{k} {n}" for k, n in summary["faults_by_kind"].items())
+    s3 = ", ".join(f"{k} {n}" for k, n in summary["s3_faults_by_kind"].items())
+    per_table = ", ".join(
+        f"{name} {summary['lost_by_table'][name]}/{summary['duplicated_by_table'][name]}"
+        for name in summary["lost_by_table"]
+    )
     lines = [
         f"seed {summary['seed']}: {summary['steps']} steps, {summary['faults']} faults injected ({kinds})",
+        f"S3 faults by kind: {s3 or 'none'}",
         f"batches committed per pipeline: {summary['batches']}",
         f"rows checked {summary['rows_checked']}, lost {summary['lost']}, duplicated {summary['duplicated']}",
+        f"lost/duplicated per table: {per_table}",
         f"wall time {summary['seconds']} s",
         "PASSED" if summary["passed"] else "FAILED:\n  " + "\n  ".join(summary["mismatches"]),
     ]
     return "\n".join(lines)
+
+
+def s3_faults(chance: float) -> list:
+    """S3's faults (tests/s3faults.py) for the soaked warehouse's bucket, each request's chance
+    ``chance``: on commit PUTs every kind a LogStore must settle (but ``slow``: s3a's timeouts
+    are 15 s at least), on other PUTs, GETs, HEADs and LISTs a 5xx or a reset that s3a retries."""
+    from s3faults import COMMIT, Fault
+
+    every = 10**9  # no bound per key: the chance decides
+    on_commits = ("5xx", "5xx-applied", "409", "409-applied", "lost", "reset")
+    elsewhere = [("PUT", "5xx"), ("PUT", "reset"), ("GET", "reset"), ("GET", "5xx"), ("HEAD", "5xx"), ("LIST", "5xx")]
+    return [Fault(kind, on=COMMIT, times=every, chance=chance) for kind in on_commits] + [
+        Fault(kind, op=op, on=r"/[^/]", times=every, chance=chance) for op, kind in elsewhere
+    ]
 
 
 def main(argv=None) -> int:
@@ -571,7 +616,12 @@ def main(argv=None) -> int:
     parser.add_argument("--faults", "--steps", type=int, default=20, help="faults to inject (maintenance not counted)")
     parser.add_argument("--minutes", type=float, default=30.0, help="stop after this long (the soak passes if clean)")
     parser.add_argument("--warehouse", help="a local folder or an s3a:// URI (default: a temporary folder)")
-    parser.add_argument("--s3", action="store_true", help="start the S3 test server (tests/s3server.py) and soak on it")
+    parser.add_argument(
+        "--s3", action="store_true", help="soak on the S3 test server (tests/s3server.py), behind S3 faults"
+    )
+    parser.add_argument(
+        "--s3-chance", type=float, default=0.02, help="with --s3: each request's chance of an S3 fault (0: none)"
+    )
     parser.add_argument("--pipelines", default=",".join(WINDOWS), help=f"of {','.join(WINDOWS)}")
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"fault kinds, of {','.join(KINDS)}")
     parser.add_argument("--json", help="write the summary here too")
@@ -588,19 +638,24 @@ def main(argv=None) -> int:
     windows = args.pipelines.split(",")
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="soak-")))
-        env, conf = None, {"spark.sql.shuffle.partitions": "2"}
+        env, conf, seen = None, {"spark.sql.shuffle.partitions": "2"}, None
         if args.s3:
+            from s3faults import proxy
             from s3server import child_env, s3_server
 
             server = stack.enter_context(s3_server(scratch / "s3.log"))
-            conf.update(server.spark_conf())
-            env = child_env(server)
-            warehouse, clean = server.url(f"soak-{args.seed}"), server.url(f"soak-{args.seed}-clean")
+            endpoint, seen = stack.enter_context(proxy(server.endpoint, s3_faults(args.s3_chance), seed=args.seed))
+            faulty = server.behind(endpoint, "faulty")  # the soaked warehouse's bucket; the clean one's is direct
+            conf.update({**server.spark_conf(), **faulty.spark_conf()})
+            env = child_env(faulty)
+            warehouse, clean = faulty.url(f"soak-{args.seed}"), server.url(f"soak-{args.seed}-clean")
         else:
             warehouse = args.warehouse or str(scratch / "lake")
             clean = (warehouse.rstrip("/") + "-clean") if args.warehouse else str(scratch / "clean")
         spark = spark_session("soak", master="local[2]", s3=args.s3 or warehouse.startswith("s3a://"), conf=conf)
-        summary = soak(spark, warehouse, clean, args.seed, args.faults, args.minutes, windows, kinds, scratch, env)
+        summary = soak(
+            spark, warehouse, clean, args.seed, args.faults, args.minutes, windows, kinds, scratch, env, seen
+        )
     print(report(summary), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))

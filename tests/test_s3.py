@@ -14,15 +14,16 @@ from hashlib import md5
 
 import pytest
 from harness import frame, in_parallel, results
-from s3faults import proxy
+from s3faults import Fault, proxy
 from test_concurrency import race
 from test_exactly_once import BATCHES, Crash, pipeline, run
 from test_operations import _in_thread, _Paused
 
 from framework import ConcurrentBatchError, FrameworkError, Runtime
-from framework.operations import outcome, validation
+from framework.operations import outcome, quality, validation
 from framework.operations.attempt import WRITE_POINTS
 from framework.operations.replay import ReplayBatch
+from framework.storage import s3 as s3_support
 
 P = pipeline("on_s3")
 
@@ -72,22 +73,28 @@ def test_the_s3_logstore_refuses_to_overwrite_a_commit(spark, s3, clean):
     assert not [k for k in s3.keys("clean") if k.endswith(".lock")]
 
 
-def test_the_guard_checks_the_logstore_delta_uses_not_the_session_conf(spark, s3):
+def test_the_guard_accepts_only_logstores_known_atomic_on_s3_as_delta_picks_them(spark, s3):
     """Delta picks its LogStore from the conf the SparkContext started with (SparkEnv's), never
-    from a session's: a ``spark.conf.set`` naming one neither fools the guard nor trips it. A
-    context started without the conditional-PUT LogStore is stood in for by setting the
-    started conf for the length of the test."""
+    from a session's: a ``spark.conf.set`` naming one neither fools the guard nor trips it. Of
+    the LogStores Delta would commit with, only those on the allow-list (``s3.ATOMIC_LOGSTORES``)
+    pass: Delta's single-driver default for S3 and a file-system LogStore (HDFS's rename) are
+    refused, unless the session names one in ``ATOMIC_LOGSTORES_CONF``. A context started
+    without the conditional-PUT LogStore is stood in for by setting the started conf for the
+    length of the test."""
     key, single = "spark.delta.logStore.s3a.impl", "io.delta.storage.S3SingleDriverLogStore"
     session = spark.newSession()
     session.conf.set(key, single)
     Runtime(session, s3.url("accepted"), quality=False)  # Delta still commits with the conditional PUT
     started = spark._jvm.org.apache.spark.SparkEnv.get().conf()
     chosen = started.get(key)
-    started.set(key, single)
     try:
         session.conf.set(key, chosen)
-        with pytest.raises(FrameworkError, match=r"Delta commits there with .*S3SingleDriverLogStore.*s3=True"):
-            Runtime(session, s3.url("refused"), quality=False)
+        for store in (single, "io.delta.storage.HDFSLogStore"):
+            started.set(key, store)
+            with pytest.raises(FrameworkError, match=rf"Delta commits there with {store}, which is not known.*s3=True"):
+                Runtime(session, s3.url("refused"), quality=False)
+        session.conf.set(s3_support.ATOMIC_LOGSTORES_CONF, "io.delta.storage.HDFSLogStore")
+        Runtime(session, s3.url("declared"), quality=False)  # the user's word for their store
     finally:
         started.set(key, chosen)
 
@@ -158,34 +165,51 @@ def test_the_quality_gate_outcome_on_s3_is_read_without_spark(spark, s3, after_b
 
 
 def test_commits_that_landed_but_were_answered_as_failed_stand_once_on_s3(spark, s3, after_b0, clean):
-    """A PUT can land and still be reported as failed: its answer lost (the SDK retries it), 409
-    (a retry racing the first try: the LogStore tries again), 503 (the SDK retries it). The
-    retry is answered 412, which says "exists", not "another writer's": the LogStore finds its
-    own id on the object and reports the commit as made. Taken for a conflict, Delta would commit
-    the actions again at the next version (a blind append twice) or refuse a batch that
-    committed. Each commit file's first PUT gets one of the three faults, in turn; the batch, and
-    a replay of it (a blind append), then leave exactly a clean run's tables."""
-    with proxy(s3.endpoint, landed=("drop", 409, 503)) as (endpoint, log):
+    """A PUT can land and still be reported as failed (a 5xx after the SDK's retries, here none),
+    or fail with nothing applied (a reset mid-body): the LogStore reads each commit file back
+    and finds its own id, or nothing and sends the PUT again. Taken for a conflict, Delta would
+    commit the actions again at the next version (a blind append twice); taken for a failure, a
+    batch that committed would be refused. Every commit file's first PUT is reset, its second
+    applied and answered 500; the batch, and a replay of it (a blind append), then leave exactly
+    a clean run's tables. (Each fault alone, on the LogStore itself: test_s3_faults.py.)"""
+    with proxy(s3.endpoint, [Fault("reset"), Fault("5xx-applied")]) as (endpoint, log):
         faulty = s3.behind(endpoint, "faults")
         faulty.reach_from(spark)
+        spark._jsc.hadoopConfiguration().set(f"fs.s3a.bucket.{faulty.bucket}.attempts.maximum", "0")
         rt = Runtime(spark, s3.copy(after_b0, "lake", to=faulty), quality=False)
         assert run(rt, P, 1).status == "committed"
         rt.replay(P, [ReplayBatch("b1", frame(spark, BATCHES[1], len(BATCHES[0])))])
         assert seen(rt) == clean
-    assert set(log.faults()) == {"drop", 409, 503}, log.commits
-    assert all(answers[1:] == [412] for answers in log.answers().values()), log.commits
+    assert log.kinds()["reset"] == log.kinds()["5xx-applied"] == len(log.answers()) > 0, log.commits
+    assert all(answers == ["reset", 500] for answers in log.answers().values()), log.commits
+
+
+def test_a_retried_audit_appends_its_quality_results_once_on_s3(spark, s3, after_b0, clean):
+    """``quality_results`` takes blind appends: an audit retried (after a failure, or after a
+    commit of it that landed although its answer said it failed) finds the same and appends
+    nothing more, by a Delta transaction id of its own; an operator's validations of the whole
+    table are each kept."""
+    rows = Runtime(spark, s3.url("clean"), quality=False).read_output(P)
+    lake = s3.url("audit")
+    audit = quality.validate(spark, P, rows, "b1", warehouse_root=lake)
+    assert quality.validate(spark, P, rows, "b1", warehouse_root=lake).checks == audit.checks
+    for _ in range(2):
+        table = quality.validate(spark, P, rows, warehouse_root=lake)
+    kept = spark.read.format("delta").load(f"{lake}/quality_results")
+    assert kept.filter("batch_id = 'b1'").count() == len(audit.checks) > 0
+    assert kept.filter("batch_id IS NULL").count() == 2 * len(table.checks)
 
 
 def test_a_store_that_ignores_if_none_match_is_refused_before_its_first_commit(spark, s3, after_b0):
     """Where a second conditional PUT of a key succeeds, two writers of one Delta version would
-    both succeed and one commit would vanish: the LogStore's probe (a marker put twice) refuses
-    the store before the batch's first commit, and every table's log is as it was."""
-    with proxy(s3.endpoint, conditional=False) as (endpoint, log):
+    both succeed and one commit would vanish: the LogStore's probe (two PUTs of a marker raced)
+    refuses the store before the batch's first commit, and every table's log is as it was."""
+    with proxy(s3.endpoint, store="ignores") as (endpoint, log):
         faulty = s3.behind(endpoint, "unconditional")
         faulty.reach_from(spark)
         lake = s3.copy(after_b0, "lake", to=faulty)
         logs = [k for k in faulty.keys() if "/_delta_log/" in k]
-        with pytest.raises(Exception, match=r"ignores If-None-Match.*No commit was written"):
+        with pytest.raises(Exception, match=r"not atomic on If-None-Match.*No commit was written"):
             run(Runtime(spark.newSession(), lake, quality=False), P, 1)
     assert [k for k in faulty.keys() if "/_delta_log/" in k] == logs  # no commit, no marker left
     assert log.commits == []

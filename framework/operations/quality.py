@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import hashlib
 import json
 import logging
 import math
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 from urllib.request import url2pathname
@@ -297,7 +298,10 @@ def _check(r) -> Check:
 
 
 def _persist(spark: SparkSession, pipeline: Pipeline, report: Report, root: str) -> None:
-    """Append one row per expectation to ``<root>/quality_results`` (a plain Delta append)."""
+    """Append one row per expectation to ``<root>/quality_results``, once: the append carries a
+    Delta transaction id of its own (``_append_id``), which Delta skips when that id committed
+    already. So a retried gate, or a retry after a commit that landed although its answer said
+    it failed (an S3 PUT's late landing), does not append the same findings twice."""
     rows = [
         (
             report.suite,
@@ -315,7 +319,17 @@ def _persist(spark: SparkSession, pipeline: Pipeline, report: Report, root: str)
     path = os.path.join(root, "quality_results")
     with locks.committing(path):  # every pipeline of the warehouse appends here
         frame = spark.createDataFrame(rows, RESULTS_SCHEMA)
-        frame.write.format("delta").mode("append").options(**tables.properties(path)).save(path)
+        once = {"txnAppId": _append_id(pipeline, report), "txnVersion": "0"}
+        frame.write.format("delta").mode("append").options(**tables.properties(path), **once).save(path)
+
+
+def _append_id(pipeline: Pipeline, report: Report) -> str:
+    """The Delta transaction id of ``report``'s rows in ``quality_results``: a batch's audit is
+    named by its pipeline, batch, suite and findings (a retry that finds the same is the same
+    audit); a validation of the whole table also by its time (an operator's each counts)."""
+    when = None if report.batch_id else report.validated_at.isoformat()
+    audit = [pipeline.name, report.batch_id, report.run_name, report.digest, [astuple(c) for c in report.checks], when]
+    return "finalresults.quality." + hashlib.sha256(json.dumps(audit, default=str).encode()).hexdigest()[:32]
 
 
 def _run(

@@ -22,8 +22,8 @@ from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
 
-from ..errors import CommitLockTimeout, FrameworkError
-from . import backend
+from ..errors import CommitLockTimeout
+from . import backend, s3
 
 LOCK_WAIT_S = 600.0  # how long a commit waits for another writer's commit to the same table
 
@@ -97,33 +97,17 @@ def local_path(path: str) -> str | None:
     return os.path.abspath(parsed.path if parsed.scheme else path)
 
 
-S3_SCHEMES = ("s3a", "s3", "s3n")  # where Delta's default LogStore is atomic within one driver only
-
-
 def check_atomic_commits(spark: SparkSession, warehouse: str) -> None:
-    """Refuse a warehouse on S3 where Delta would commit with its default LogStore for the scheme
-    (``S3SingleDriverLogStore``): two processes committing one table version could both write
-    it, and no lock here stops them. ``spark_session(s3=True)`` sets the conditional-PUT LogStore
-    (docs/s3.md); any other LogStore (Delta's ``S3DynamoDBLogStore``) is taken as the user's
-    choice.
+    """Refuse a warehouse on S3 whose LogStore is not known to commit atomically there
+    (``s3.require_atomic_logstore``: an allow-list, docs/s3.md).
 
     The LogStore is Delta's own pick for the warehouse's path, as the session's backend learns
     it (``SessionBackend.logstore``: a classic session asks Delta in its JVM; over Spark Connect
     it is the server's, read from the conf the server started with), not a session setting:
     Delta reads ``spark.delta.logStore.*`` from the conf its SparkContext started with, so a
     ``spark.conf.set`` of it afterwards changes nothing Delta does."""
-    scheme = urlparse(warehouse).scheme
-    if scheme not in S3_SCHEMES:
-        return
-    store = backend.of(spark).logstore(warehouse)
-    if store.endswith("S3SingleDriverLogStore"):
-        raise FrameworkError(
-            f"warehouse {warehouse!r} is on S3, but Delta commits there with {store}, whose commits are "
-            "atomic within one driver only: two runners of one batch could both commit. Start the session "
-            "with spark_session(..., s3=True) (or FINALRESULTS_S3=1), or start it with "
-            f"spark.delta.logStore.{scheme}.impl set to a LogStore with atomic put-if-absent (docs/s3.md); "
-            "setting it on a running session does not reach Delta."
-        )
+    if urlparse(warehouse).scheme in s3.S3_SCHEMES:
+        s3.require_atomic_logstore(spark, warehouse, backend.of(spark).logstore(warehouse))
 
 
 def committing(path: str) -> AbstractContextManager:

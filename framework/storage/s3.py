@@ -7,11 +7,14 @@ local disk the framework holds a file lock around each commit for that (``locks.
 On S3 the LogStore does it: ``S3ConditionalPutLogStore`` (``java/``, built into a small jar by
 ``make install``) writes each commit file with one conditional PUT (``If-None-Match: *``), so of
 two writers of one version exactly one wins, whatever process or machine they run on. The PUT is
-built by s3a's request factory (the bucket's encryption, ACL and storage class apply), carries an
-id that tells the writer's own commit from a conflict when a retried PUT is answered 412, and is
-sent only to a store seen to refuse a second conditional PUT of one key. Delta's own
-``S3DynamoDBLogStore`` (artifact ``io.delta:delta-storage-s3-dynamodb``) does the same with a
-DynamoDB table; set ``spark.delta.logStore.s3a.impl`` to it where that artifact can be installed.
+built by s3a's request factory (the bucket's encryption, ACL and storage class apply) and carries
+an id: any answer that leaves its outcome open (a 5xx, a 409, a timeout, a reset) is settled by
+reading the commit back (its own id, another writer's, or none: the same PUT again), so a commit
+is never reported failed and then lands. It is sent only to a store seen to let one of two
+racing conditional PUTs win. Delta's own ``S3DynamoDBLogStore`` (artifact
+``io.delta:delta-storage-s3-dynamodb``) does the same with a DynamoDB table; set
+``spark.delta.logStore.s3a.impl`` to it where that artifact can be installed. Any other LogStore
+is refused on S3 (``require_atomic_logstore``) unless the user names it (``ATOMIC_LOGSTORES_CONF``).
 """
 
 from __future__ import annotations
@@ -20,12 +23,25 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pyspark
+from pyspark.sql import SparkSession
+
+from ..errors import FrameworkError
 
 JAVA = Path(__file__).parent / "java"
 LOGSTORE_CLASS = "io.finalresults.S3ConditionalPutLogStore"
 LOGSTORE_JAR = JAVA / "finalresults-s3-logstore.jar"  # built by `make install` (build_logstore)
+S3_SCHEMES = ("s3a", "s3", "s3n")
+#: The LogStores known to commit atomically on S3 across processes: a put-if-absent of the
+#: commit file that exactly one of two writers wins. Delta's default there
+#: (``S3SingleDriverLogStore``) is atomic within one driver only, and a local, HDFS or other
+#: file-system LogStore pointed at ``s3a://`` renames or overwrites: both are refused. A user
+#: adds a LogStore that is atomic on their store (a lock service of their own, say) by naming
+#: its class in ``ATOMIC_LOGSTORES_CONF`` (comma-separated), as docs/s3.md says.
+ATOMIC_LOGSTORES = (LOGSTORE_CLASS, "io.delta.storage.S3DynamoDBLogStore")
+ATOMIC_LOGSTORES_CONF = "spark.finalresults.s3.atomicLogStores"
 
 
 def hadoop_version() -> str:
@@ -43,11 +59,38 @@ def packages() -> list[str]:
 
 
 def conf() -> dict[str, str]:
-    """Session settings for S3: the LogStore for ``s3a://`` tables and the jar that holds it.
+    """Session settings for S3: the LogStore for ``s3a://`` tables, the jar that holds it, and
+    s3a's input stream that survives a read cut short.
     Endpoint and credentials are the user's, as ``spark.hadoop.fs.s3a.*`` settings (docs/s3.md)."""
     if not LOGSTORE_JAR.is_file():
         raise RuntimeError(f"{LOGSTORE_JAR} is missing: `make install` builds it (framework.storage.s3.build_logstore)")
-    return {"spark.delta.logStore.s3a.impl": LOGSTORE_CLASS, "spark.jars": str(LOGSTORE_JAR)}
+    return {
+        "spark.delta.logStore.s3a.impl": LOGSTORE_CLASS,
+        "spark.jars": str(LOGSTORE_JAR),
+        # s3a's classic input stream re-opens a GET cut in the middle of its body and reads on;
+        # hadoop-aws 3.5's default (the analytics accelerator's) failed Delta's read of a commit
+        # file on one such cut, and the batch with it (tests/test_s3_faults.py, docs/s3.md#faults).
+        "spark.hadoop.fs.s3a.input.stream.type": "classic",
+    }
+
+
+def require_atomic_logstore(spark: SparkSession, warehouse: str, logstore: str) -> None:
+    """Refuse warehouse ``warehouse`` on S3 unless ``logstore``, the LogStore Delta commits with there, is
+    one of ``ATOMIC_LOGSTORES`` or of those the session's ``ATOMIC_LOGSTORES_CONF`` adds: any
+    other lets two runners of one batch both commit one table version, and no lock here stops
+    them. Whether the store behind it honours conditional writes atomically is the LogStore's
+    to check (``S3ConditionalPutLogStore`` races a probe before its first commit to a store)."""
+    added = [name.strip() for name in (spark.conf.get(ATOMIC_LOGSTORES_CONF, "") or "").split(",")]
+    if logstore in ATOMIC_LOGSTORES or logstore in added:
+        return
+    raise FrameworkError(
+        f"warehouse {warehouse!r} is on S3, but Delta commits there with {logstore}, which is not known to "
+        "commit atomically across processes on S3: two runners of one batch could both commit. Start the "
+        "session with spark_session(..., s3=True) (or FINALRESULTS_S3=1), or start it with "
+        f"spark.delta.logStore.{urlparse(warehouse).scheme}.impl set to one of {', '.join(ATOMIC_LOGSTORES)}; "
+        "setting it on a running session does not reach Delta. A LogStore you know to be atomic on your "
+        f"store is added with {ATOMIC_LOGSTORES_CONF}=<class> (docs/s3.md)."
+    )
 
 
 def build_logstore(classpath: list[str]) -> Path:
