@@ -44,7 +44,7 @@ def test_the_logstore_in_force_over_connect_is_the_one_delta_picks_from_the_serv
 
 
 def test_an_s3_warehouse_over_connect_is_refused_where_the_server_commits_with_one_driver_only():
-    with pytest.raises(FrameworkError, match="S3SingleDriverLogStore, which is not known to commit atomically across processes"):
+    with pytest.raises(FrameworkError, match="S3SingleDriverLogStore, which is not known to commit atomically"):
         locks.check_atomic_commits(ConnectLike(), "s3a://bucket/lake")
     locks.check_atomic_commits(ConnectLike({"spark.delta.logStore.s3a.impl": LOGSTORE_CLASS}), "s3a://bucket/lake")
     locks.check_atomic_commits(ConnectLike(), "/data/lake")  # a local disk: the file lock
