@@ -22,6 +22,7 @@ folded on the driver in the same way, over rows one query collects (``_limited_l
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable
 
 import pandas as pd
 from pyspark.sql import Column, DataFrame, Window
@@ -124,8 +125,27 @@ def _limited_locally(b: Batch, ups: DataFrame, stored: DataFrame, limit_ms: int,
     p = b.pipeline
     buf = p.suppression.buffer
     entry, values = p.keys_and_bounds, _values(p)
+    rows = _events(b, ups, stored)
+    # an entry's value: the update that set it (its position and step) or the stored entry (None)
+    valued = {
+        (tuple(r[c] for c in entry), None if r[EVENT_KIND] == STORED else (r[POS], r[STEP])): r
+        for r in rows
+        if r[EVENT_KIND] != TICK
+    }
+    buffer = eviction.Buffer(limit_ms, buf.record_limit if eager else None, buf.byte_limit if eager else None, eager)
+    changes = _folded(buffer, rows, entry, b.stream_time, end_known=True)
+    return _as_frames(b, ups, rows, changes, lambda c: tuple(valued[(c.entry.ident, c.entry.ref)][v] for v in values))
+
+
+Valued = Callable[[eviction.Change], tuple]  # the values of a change's entry
+
+
+def _events(b: Batch, ups: DataFrame, stored: DataFrame) -> list[dict]:
+    """The stored entries, the updates and a tick per record (the stream time after it), as
+    local rows, in one query (``_limited_locally``)."""
+    p = b.pipeline
+    entry, values = p.keys_and_bounds, _values(p)
     events = [EVENT_KIND, POS, STEP, STREAM_BEFORE, STREAM_AFTER]
-    value_fields = [ups.schema[c] for c in values]
     collected = (
         stored.select(*entry, BUFFER_TIME, SIZE, ENTRY_KEY, *values, F.lit(STORED).alias(EVENT_KIND))
         .unionByName(ups.withColumn(EVENT_KIND, F.lit(UPDATE)), allowMissingColumns=True)
@@ -140,21 +160,15 @@ def _limited_locally(b: Batch, ups: DataFrame, stored: DataFrame, limit_ms: int,
         .select(*entry, BUFFER_TIME, SIZE, ENTRY_KEY, *values, *events)
         .collect()
     )
-    rows = [r.asDict() for r in collected]
-    # an entry's value: the update that set it (its position and step) or the stored entry (None)
-    valued = {
-        (tuple(r[c] for c in entry), None if r[EVENT_KIND] == STORED else (r[POS], r[STEP])): r
-        for r in rows
-        if r[EVENT_KIND] != TICK
-    }
-    buffer = eviction.Buffer(limit_ms, buf.record_limit if eager else None, buf.byte_limit if eager else None, eager)
-    changes = _folded(buffer, rows, entry, b.stream_time, end_known=True)
-    spark = b.records.sparkSession
+    return [r.asDict() for r in collected]
 
-    def value(c: eviction.Change) -> tuple:
-        r = valued[(c.entry.ident, c.entry.ref)]
-        return tuple(r[v] for v in values)
 
+def _as_frames(b: Batch, ups: DataFrame, rows: list[dict], changes: list[eviction.Change], value: Valued) -> Limited:
+    """The local fold's ``changes`` (of the events ``rows``) as the frames of a ``Limited``:
+    emissions and entries kept valued by ``value``, and the buffer's size changes by position."""
+    p, spark = b.pipeline, b.records.sparkSession
+    entry, values = p.keys_and_bounds, _values(p)
+    value_fields = [ups.schema[c] for c in values]
     fields = [f for f in ups.schema.fields if f.name in entry]
     emitted_schema = StructType(
         [*fields, *value_fields, *([] if GONE in values else [StructField(GONE, BooleanType())])]

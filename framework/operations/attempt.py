@@ -507,20 +507,16 @@ class BatchAttempt:
         assert seen is not None  # read in step 1
         tag = self._tag("commit")
 
-        def write(txn_version: int) -> None:
-            state.commit(
-                spark,
-                path,
-                self.p,
-                planned.effect,
-                bookkeeping,
-                planned.stream_time,
-                tag,
-                txn_version,
-                planned.changed_buckets,
-            )
-
-        made = ledger.commit_point(spark, path, seen, tag, write)
+        change = state.Change(
+            path=path,
+            p=self.p,
+            effect=planned.effect,
+            bookkeeping=bookkeeping,
+            stream_time=planned.stream_time,
+            tag=tag,
+            buckets=planned.changed_buckets,
+        )
+        made = ledger.commit_point(spark, path, seen, tag, lambda txn_version: state.commit(spark, change, txn_version))
         if made is None:
             raise self._fenced_out()
         self.ledgers.appended(path, seen, self.rows, commit if isinstance(commit, list) else [commit], made)

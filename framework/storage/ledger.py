@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from ..definition.columns import BUCKET, ENTRY, LEDGER_BUCKET, SEQ
 from ..execution.streamtime import to_datetime
 from . import classic, entries, tables
-from .writes import LEDGER_APP, RETRIES, history_since, lost_race, version_of
+from .writes import LEDGER_APP, history_since, lost_race, retried, version_of
 
 
 class Status(str, enum.Enum):
@@ -248,17 +248,20 @@ def commit_point(spark: SparkSession, path: str, seen: Head, tag: str, commit: C
     point uses the fence it read + 1, so this is a compare-and-set decided by Delta;
     maintenance commits carry no transaction version and leave the fence as it was. So a
     commit that lost a race while the fence stayed (an ``OPTIMIZE`` of files it rewrites) is
-    made again, ``RETRIES`` times in all; one that lost to a moved fence is fenced out."""
-    for tries_left in reversed(range(RETRIES)):
-        try:
-            commit(seen.next_fence)
-            break
-        except Exception as e:
-            if not lost_race(e):
-                raise
-            current = tables.head(spark, path)
-            if current is None or read_at(spark, path, current)[0].fence != seen.fence:
-                return None
-            if not tries_left:
-                raise
+    made again (``writes.retried``, ``writes.RETRIES`` times in all); one that lost to a moved
+    fence is fenced out."""
+    fenced_out: list[bool] = []
+
+    def fence_unchanged() -> bool:  # another try can pass: only maintenance landed meanwhile
+        current = tables.head(spark, path)
+        if current is None or read_at(spark, path, current)[0].fence != seen.fence:
+            fenced_out.append(True)
+        return not fenced_out
+
+    try:
+        retried(lambda: commit(seen.next_fence), fence_unchanged)
+    except Exception as e:
+        if fenced_out and lost_race(e):
+            return None
+        raise
     return version_of(history_since(spark, path, seen.version), tag)

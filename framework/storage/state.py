@@ -6,6 +6,8 @@ Why that is safe: docs/design.md#commit-point-and-fencing and docs/design.md#sta
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -32,19 +34,25 @@ def windows(spark: SparkSession, path: str, version: int) -> DataFrame | None:
     return rows.filter(F.col(BUCKET) >= 0).drop(SEQ, ENTRY)
 
 
-def commit(
-    spark: SparkSession,
-    path: str,
-    p: Pipeline,
-    effect: Effect,
-    bookkeeping: DataFrame,
-    sta: int | None,
-    tag: str,
-    txn_version: int,
-    buckets: tuple[int, ...] | None,
-) -> None:
-    """The commit point: in one commit to the ``_state`` table at ``path``, tagged ``tag`` and
-    made with transaction version ``txn_version``, the batch's window state change and its
+@dataclass(frozen=True, kw_only=True)
+class Change:
+    """What a commit point writes to the ``_state`` table at ``path`` (``commit``): the batch's
+    window-state change (``effect``), its ``bookkeeping`` rows (ledger rows, late and rejected
+    records), the stream time after it, the ``tag`` of its commit and the window-state
+    partitions its changes touch (``buckets``: None, not known)."""
+
+    path: str
+    p: Pipeline
+    effect: Effect
+    bookkeeping: DataFrame
+    stream_time: int | None
+    tag: str
+    buckets: tuple[int, ...] | None
+
+
+def commit(spark: SparkSession, c: Change, txn_version: int) -> None:
+    """The commit point: in one commit to the ``_state`` table of ``c``, made with transaction version
+    ``txn_version``, the batch's window state change and its
     ``bookkeeping`` rows (ledger row, late records: ``_bucket`` < 0, which no state change
     touches). Window state is rewritten where the plan replaces it, else its changes are MERGEd
     by window identity (gone and closed windows deleted; sliding windows are held after they
@@ -56,6 +64,15 @@ def commit(
     window's partition follows from its bounds, so a stored row with a changed window's identity
     is in that window's partition, and a batch's MERGE costs what it changed, not every open
     window (a changed ``Runtime(bucket=...)`` is refused before it gets here)."""
+    path, p, effect, bookkeeping, sta, tag, buckets = (
+        c.path,
+        c.p,
+        c.effect,
+        c.bookkeeping,
+        c.stream_time,
+        c.tag,
+        c.buckets,
+    )
     windows = f"{BUCKET} >= 0"
     if effect.state_rewrite is not None:
         rows, replaced = effect.state_rewrite

@@ -181,14 +181,16 @@ def version_of(history: list, tag: str) -> int | None:
     return max((c.version for c in history if c.userMetadata == tag), default=None)
 
 
-def retried(write: Callable[[], T]) -> T:
-    """Run ``write``, again while it loses a race to another writer (``lost_race``), ``RETRIES``
-    times in all. Only for a write that may run twice: one that starts over from what it
-    reads, or one Delta skips when it landed already (a transaction id)."""
-    for _ in range(RETRIES - 1):
+def retried(write: Callable[[], T], worth_it: Callable[[], bool] = lambda: True) -> T:
+    """Run ``write``, again while it loses a race to another writer (``lost_race``) and
+    ``worth_it()`` says another try can succeed, ``RETRIES`` times in all; else the lost race is
+    raised. The one retry of the framework's writes: a commit point's ``worth_it`` is that its
+    fence did not move (``ledger.commit_point``). Only for a write that may run twice: one that
+    starts over from what it reads, or one Delta skips when it landed already (a transaction id)."""
+    for tries_left in reversed(range(RETRIES)):
         try:
             return write()
         except Exception as e:
-            if not lost_race(e):
+            if not lost_race(e) or not worth_it() or not tries_left:
                 raise
-    return write()
+    raise AssertionError("unreachable: the last try returns or raises")
