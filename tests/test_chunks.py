@@ -38,7 +38,9 @@ from framework import (
     Suppressed,
     TimeWindows,
 )
+from framework.operations.chunk import ChunkAttempt
 from framework.storage import tables
+from framework.storage.ledger import Ledgers
 
 T0 = dt.datetime(2026, 1, 1)
 WINDOWS = {
@@ -350,3 +352,38 @@ def test_kill_9_after_a_chunk_s_commit_point_then_the_range_again_equals_one_by_
     again = rt.run_range(p, _range(rt, intervals, SPLIT))
     assert {r.status for r in again} == {"already committed"}
     assert _tables(rt, p) == _one_by_one(spark, str(tmp_path / "one"), p, intervals)
+
+
+def test_each_interval_of_a_chunk_is_checked_against_its_own_clock_and_a_half_committed_chunk_is_refused(
+    spark, tmp_path
+):
+    """A record whose event time is beyond its own interval's end plus the clock skew (though
+    not beyond the range's end) is set aside as its batch alone sets it aside. A chunk whose
+    first interval another runner committed since the range was split writes nothing and says
+    so, instead of committing that interval twice."""
+    intervals, p = _intervals(4), _pipeline("chunk_clock")
+    p = Pipeline(p.name, timestamp="ts", arrival="seq", bad_records="quarantine").group_by("k")
+    p = p.windowed_by(TimeWindows.of_size_and_grace(10, 2)).aggregate(*AGGREGATES)
+    p = p.suppress(Suppressed.until_window_closes(BufferConfig.unbounded())).to("out")
+    hour = 3_600_000
+    t0 = int((T0 - dt.datetime(1970, 1, 1)).total_seconds() * 1000)
+    split = [[("A", t0 + 10, 1), ("B", t0 + 3 * hour, 2)], [("A", t0 + hour + 5, 3)], [], [("B", t0 + 3 * hour + 9, 4)]]
+    skew = dt.timedelta(0)
+    chunked = Runtime(spark.newSession(), str(tmp_path / "chunked"), quality=False, max_clock_skew=skew)
+    chunked.run_range(p, _range(chunked, intervals, split))
+    one = Runtime(spark.newSession(), str(tmp_path / "one"), quality=False, max_clock_skew=skew)
+    landing = _landing(one.spark, split, None)
+    for iv in intervals:
+        mine = landing.filter((F.col("arrived") >= iv.start) & (F.col("arrived") < iv.end))
+        one.run_batch(p, iv.batch_id, mine, batch_end=iv.end, batch_start=iv.start)
+    found = _tables(chunked, p)
+    assert found == _tables(one, p)
+    assert len(found[0]["rejected"]) == 1  # the record three hours ahead of its interval
+
+    q = _pipeline("chunk_half")
+    rt = Runtime(spark.newSession(), str(tmp_path / "half"), quality=False)
+    r = _range(rt, intervals, split)
+    rt.run_range(q, Range(intervals[:1], r.input_df, r.arrived))  # another runner, after the split
+    with pytest.raises(ConcurrentBatchError, match=r"committed by another runner since the range was split"):
+        ChunkAttempt(rt.settings, q, intervals, rt.tables(q), Ledgers(rt.spark)).run_chunk(r.input_df, r.arrived)
+    assert [row.batch_id for row in rt.read_ledger(q).collect()] == [intervals[0].batch_id]

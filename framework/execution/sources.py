@@ -234,13 +234,14 @@ def fingerprint(summary: dict) -> str:
     return f"{summary['n']}:{summary['h'] or 0}"
 
 
-def check_input(p: Pipeline, batch_id: str, df: DataFrame, latest_ms: int | None = None) -> CheckedInput:
+def check_input(p: Pipeline, batch_id: str, df: DataFrame, latest_ms: int | Column | None = None) -> CheckedInput:
     """Check ``df``'s columns for pipeline ``p`` (InputError when one is missing, reserved or of
     a wrong type, ``check_drift`` compares the types with earlier batches') and add ``TS``; no
     record is read (``CheckedInput.read``).
 
     ``latest_ms`` is the latest plausible event time (the clock plus the allowed skew): one
-    record from the far future would advance stream time and close every open window."""
+    record from the far future would advance stream time and close every open window. A chunk
+    of a range gives a column: each record's interval's limit."""
     _check_columns(p, batch_id, df)
     raw = F.col(p.timestamp)
     is_text = isinstance(df.schema[p.timestamp].dataType, T.StringType)
@@ -260,7 +261,7 @@ class RecordCheck:
     advice: str
 
 
-def record_checks(p: Pipeline, latest_ms: int | None) -> list[RecordCheck]:
+def record_checks(p: Pipeline, latest_ms: int | Column | None) -> list[RecordCheck]:
     """The per-record input checks of ``p``, in the order a record's reason is picked: the
     event time (``TS`` once parsed from column ``p.timestamp``) and the group keys."""
     raw, ts, column = F.col(p.timestamp), F.col(TS), p.timestamp
@@ -281,11 +282,12 @@ def record_checks(p: Pipeline, latest_ms: int | None) -> list[RecordCheck]:
         ),
     ]
     if latest_ms is not None:
+        latest = "their batch's end" if isinstance(latest_ms, Column) else to_datetime(latest_ms)
         checks.append(
             _check(
                 "event time beyond the allowed clock skew",
                 ts > F.lit(latest_ms),
-                f"have an event time in column {column!r} after {to_datetime(latest_ms)} (the clock plus "
+                f"have an event time in column {column!r} after {latest} (the clock plus "
                 "max_clock_skew); they would close every open window",
                 f"{upstream}, or raise Runtime(max_clock_skew=...)",
             )

@@ -522,10 +522,14 @@ class BatchAttempt:
         self.ledgers.appended(path, seen, self.rows, commit if isinstance(commit, list) else [commit], made)
         self.steps.enter(Phase.COMMITTED, "publishing the batch")
 
+    def _seqs(self) -> str:
+        """This attempt's sequence number(s), as messages name them."""
+        return f"seq {self.seq}"
+
     def _unpublished(self, what: str) -> PublicationError:
         """The error of a publication cut short after this attempt's commit point."""
         return PublicationError(
-            f"{self.steps.where}: publishing the batch stopped: {what}. The batch IS committed (seq {self.seq}); "
+            f"{self.steps.where}: publishing the batch stopped: {what}. The batch IS committed ({self._seqs()}); "
             "its rows stay staged and the next run of any batch of the pipeline publishes them, once (a re-run "
             "of this batch publishes them and reports 'already committed')."
         )

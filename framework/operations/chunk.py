@@ -27,10 +27,10 @@ from pyspark.sql import functions as F
 from ..definition.columns import INTERVAL, LATE_BUCKET, REJECTED_BUCKET, STREAM_BEFORE, TS
 from ..definition.pipeline import Pipeline
 from ..definition.windows import TimeWindows
-from ..errors import FingerprintMismatchError, InputError, QualityGateError
+from ..errors import ConcurrentBatchError, FingerprintMismatchError, FrameworkError, InputError, QualityGateError
 from ..execution import plans
 from ..execution.batch import Batch, Effect, strict
-from ..execution.sources import BatchInput, CheckedInput, check_input, fingerprint, rejected_records
+from ..execution.sources import BatchInput, CheckedInput, check_input, fingerprint, record_checks, rejected_records
 from ..execution.streamtime import (
     NO_TIME,
     arrival_order,
@@ -66,6 +66,20 @@ class Range:
     input_df: DataFrame
     arrived: str
 
+    def __post_init__(self):
+        """Refuse intervals that are not consecutive, non-empty and in the order of their ids:
+        a chunk checks only its first interval against the ledger, as a batch would."""
+        if not self.intervals:
+            raise FrameworkError("a range needs at least one interval")
+        if not self.intervals[0].start < self.intervals[0].end:
+            raise FrameworkError(f"the interval {self.intervals[0]} is empty")
+        for a, b in zip(self.intervals, self.intervals[1:]):
+            if not (a.end == b.start < b.end and a.batch_id < b.batch_id):
+                raise FrameworkError(
+                    f"the intervals of a range must follow each other, each ending where the next starts, with "
+                    f"batch ids in increasing order: {a} is followed by {b}"
+                )
+
 
 def chunk_refusal(p: Pipeline) -> str | None:
     """Why a range of ``p`` runs interval by interval; None when it runs in chunks.
@@ -86,6 +100,20 @@ def chunk_refusal(p: Pipeline) -> str | None:
     return None
 
 
+def gate_refusal(s: Settings, p: Pipeline) -> str | None:
+    """Why a range of ``p`` runs interval by interval for its quality gate: a suite with
+    table-wide expectations (row counts, means) judges a batch's rows together, so a chunk's rows
+    could pass where one interval's would not. Row-by-row suites judge each row alone: the
+    chunk's audit is each interval's."""
+    if not (s.quality and p.suppression is not None):
+        return None
+    from .suites import load_suite, row_by_row  # Great Expectations: only where a gate runs
+
+    if row_by_row(p, load_suite(p, s.expectations)):
+        return None
+    return "the quality suite has table-wide expectations (row counts, means): each interval's rows are gated alone"
+
+
 @dataclass(frozen=True)
 class Summaries:
     """The validation of each interval of a chunk (``CheckedInput.validated``), and the
@@ -103,6 +131,9 @@ class ChunkAttempt(BatchAttempt):
         self.intervals = intervals
         if len(intervals) > 1:
             self.steps.where = f"pipeline {p.name!r}, batches {intervals[0].batch_id!r}..{intervals[-1].batch_id!r}"
+
+    def _seqs(self) -> str:
+        return f"seqs {self.seq}..{self.seq + len(self.intervals) - 1}" if len(self.intervals) > 1 else super()._seqs()
 
     def run_chunk(self, input_df: DataFrame, arrived: str, allow_gap: bool = False) -> list[BatchResult]:
         """Run the chunk: ``input_df`` holds the records of every interval, each placed in the
@@ -145,13 +176,9 @@ class ChunkAttempt(BatchAttempt):
     def _read_chunk(self, input_df: DataFrame, arrived: str) -> tuple[CheckedInput, dict[int, dict]]:
         """Read the ledger and, at the same time, summarize each interval's records (one query:
         ``CheckedInput.summary`` per ``INTERVAL``)."""
-        last_end = self.intervals[-1].end
-        checked = check_input(self.p, self.batch_id, input_df, self.s.latest_ms(last_end))
-        arrival = F.col(arrived).cast("timestamp")
-        start = F.lit(self.intervals[0].start.replace(tzinfo=dt.timezone.utc))
         index = placed(arrived, self.intervals)
-        frame = checked.frame.filter(arrival >= start).withColumn(INTERVAL, index)
-        frame = frame.filter(F.col(INTERVAL) < len(self.intervals))
+        checked = check_input(self.p, self.batch_id, input_df, self._latest(index))
+        frame = checked.frame.filter(in_range(arrived, self.intervals)).withColumn(INTERVAL, index)
         checked = dataclasses.replace(checked, frame=frame)
 
         def summarize() -> dict[int, dict]:
@@ -161,12 +188,25 @@ class ChunkAttempt(BatchAttempt):
         (summaries,) = self._read_ledger(input_df, {"validating the input": summarize})
         return checked, summaries
 
+    def _latest(self, index: Column) -> Column | None:
+        """Each record's latest plausible event time: its own interval's end plus the clock skew,
+        as its batch would check it (None: no limit)."""
+        limits = [self.s.latest_ms(iv.end) for iv in self.intervals]
+        return None if limits[0] is None else pick(index, limits)
+
     def _committed_of(self, summaries: dict[int, dict]) -> list[BatchResult]:
         """The chunk's results when every interval is committed already with the same input (a
         retry beside a first attempt that committed); a ``FingerprintMismatchError`` naming an
-        interval committed with other input. Empty when none is committed; a chunk whose first
-        intervals only are committed is refused by ``_check`` (its first id is not above the last)."""
+        interval committed with other input. Empty when none is committed; a ``ConcurrentBatchError``
+        when some are (another runner committed them since the range was split)."""
         by_id = {r.batch_id: r for r in ledger.committed_rows(self.rows)}
+        committed = [iv.batch_id for iv in self.intervals if iv.batch_id in by_id]
+        if committed and len(committed) < len(self.intervals):
+            raise ConcurrentBatchError(
+                f"{self.steps.where}: intervals {committed[0]!r}..{committed[-1]!r} of this chunk were committed by "
+                "another runner since the range was split; nothing of this chunk was written. Run the range again: "
+                "it resumes after the last committed interval."
+            )
         done = []
         for k, iv in enumerate(self.intervals):
             row = by_id.get(iv.batch_id)
@@ -188,7 +228,12 @@ class ChunkAttempt(BatchAttempt):
         self.steps.step = "validating the input"
         each = []
         for k, iv in enumerate(self.intervals):
-            one = dataclasses.replace(checked, batch_id=iv.batch_id, frame=checked.frame.filter(F.col(INTERVAL) == k))
+            one = dataclasses.replace(  # the interval's records, with its batch's own checks (by index)
+                checked,
+                batch_id=iv.batch_id,
+                frame=checked.frame.filter(F.col(INTERVAL) == k),
+                checks=record_checks(self.p, self.s.latest_ms(iv.end)),
+            )
             each.append(one.validated(summaries.get(k) or _empty(checked)))
         total = _empty(checked)
         for row in summaries.values():
@@ -425,7 +470,7 @@ def run_chunks(
     ``progress(results, how)`` after each. ``allow_gap``: the first interval may start anywhere,
     not only where the last committed one ended."""
     intervals, input_df, arrived = r.intervals, r.input_df, r.arrived
-    why = chunk_refusal(p)
+    why = chunk_refusal(p) or gate_refusal(s, p)
     index = placed(arrived, intervals)
     results: list[BatchResult] = []
 
@@ -441,10 +486,11 @@ def run_chunks(
 
     if why is not None:
         for k, iv in enumerate(intervals):
-            one = BatchAttempt(s, p, iv.batch_id, t, ledgers).run(input_df.filter(index == k), iv.end, iv.start, gap())
+            mine = input_df.filter(in_range(arrived, intervals) & (index == k))
+            one = BatchAttempt(s, p, iv.batch_id, t, ledgers).run(mine, iv.end, iv.start, gap())
             ran([one], f"one batch per interval: {why}")
         return results
-    counts = {r[0]: r[1] for r in input_df.groupBy(index).count().collect()}
+    counts = {r[0]: r[1] for r in input_df.filter(in_range(arrived, intervals)).groupBy(index).count().collect()}
     _, rows = ledgers.read(t.state)
     committed = {r.batch_id for r in ledger.committed_rows(rows)}
     for chunk in split(intervals, [counts.get(k, 0) for k in range(len(intervals))], committed, bound):
@@ -459,6 +505,13 @@ def run_chunks(
             for iv in chunk:
                 ran(ChunkAttempt(s, p, [iv], t, ledgers).run_chunk(input_df, arrived, gap()), how)
     return results
+
+
+def in_range(arrived: str, intervals: list[Interval]) -> Column:
+    """Whether a record's ``arrived`` time is in the consecutive ``intervals``."""
+    arrival, utc = F.col(arrived).cast("timestamp"), dt.timezone.utc
+    first, last = F.lit(intervals[0].start.replace(tzinfo=utc)), F.lit(intervals[-1].end.replace(tzinfo=utc))
+    return (arrival >= first) & (arrival < last)
 
 
 def placed(arrived: str, intervals: list[Interval]) -> Column:

@@ -206,14 +206,16 @@ def _run_all(
 
 
 def restorable_start(rows: list[LedgerRow], batch_id: str) -> str:
-    """The first batch a replay from ``batch_id`` can start at: ``batch_id``, or, when the state
-    before it was never kept (it ran inside a chunk of a range, or was replayed inside a longer
-    one), the committed batch before it whose state was (its chunk's first)."""
+    """The first batch a replay from committed batch ``batch_id`` can start at: ``batch_id``, or,
+    when the state before it was never kept because it ran inside a chunk of a range (or was
+    replayed inside a longer range), that chunk's (or range's) first batch: the rows of one
+    commit point share its attempt. Anything else (a batch id not committed, a ledger row from
+    before the ``_state`` table) is left for the replay to refuse."""
     committed = ledger.committed_rows(rows)
-    at = next((i for i, r in enumerate(committed) if r.batch_id >= batch_id), None)
+    at = next((i for i, r in enumerate(committed) if r.batch_id == batch_id), None)
     if at is None:
         return batch_id
-    while at > 0 and committed[at].state_version is None:
+    while at > 0 and committed[at].state_version is None and committed[at].attempt == committed[at - 1].attempt:
         at -= 1
     return committed[at].batch_id
 

@@ -126,7 +126,9 @@ class _Progress:
     def __init__(self, what: str):
         self.what, self.started, self.worked = what, time.monotonic(), 0
 
-    def __call__(self, done: int, total: int, worked: bool = True, chunk: str | None = None) -> None:
+    def __call__(self, done: int, total: int, worked: int = 1, chunk: str | None = None) -> None:
+        """``done`` of ``total`` intervals, of which the last call's ``worked`` ran (not found
+        committed); ``chunk``: which intervals it held."""
         self.worked += worked
         elapsed = time.monotonic() - self.started
         line = f"finalresults: {self.what}: {done}/{total} intervals, {_duration(elapsed)} elapsed"
@@ -222,7 +224,7 @@ def _backfill(
         results.extend(done)
         worked = [r.status == "committed" for r in done]
         committed.extend(worked)
-        progress(len(results), len(todo), worked=any(worked), chunk=chunk_line(done, how))
+        progress(len(results), len(todo), worked=sum(worked), chunk=chunk_line(done, how))
 
     try:
         backfill_intervals(
@@ -267,7 +269,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             every,
             args.warehouse,
             args.landing,
-            progress=lambda done, total, chunk: progress(done, total, chunk=chunk),
+            progress=lambda done, total, chunk, ran: progress(done, total, worked=ran, chunk=chunk),
         )
         committed.append(True)
     print(replay_summary(ran, start))

@@ -233,14 +233,15 @@ def replay_intervals(
     every: dt.timedelta,
     warehouse: str,
     landing: str,
-    progress: Callable[[int, int, str], None] | None = None,
+    progress: Callable[[int, int, str, int], None] | None = None,
     chunk_records: int | None = None,
 ) -> ReplayResult:
     """Replay the batches of the ``every``-long intervals from ``start`` to ``stop`` with the
     landing records as they are now (after a fix), in chunks (``Runtime.replay_range``). ``stop``
     defaults to the end of the last committed batch; a replay must reach it (see
-    ``framework.operations.replay``). ``progress(done, total, chunk)`` is called as each chunk has
-    run (before the range commits), ``chunk`` saying which intervals it held (``chunk_line``)."""
+    ``framework.operations.replay``). ``progress(done, total, chunk, ran)`` is called as each chunk
+    has run (before the range commits), ``chunk`` saying which intervals it held (``chunk_line``),
+    ``ran`` how many."""
     from ..operations.chunk import CHUNK_RECORDS
     from ..operations.runtime import Runtime
     from ..storage import bookkeeping
@@ -258,7 +259,7 @@ def replay_intervals(
     def ran(results: list[BatchResult], how: str) -> None:
         done[0] += len(results)
         if progress is not None:
-            progress(done[0], len(todo), chunk_line(results, how))
+            progress(done[0], len(todo), chunk_line(results, how), len(results))
 
     return rt.replay_range(pipeline, landing_range(spark, landing, table, todo), chunk_records or CHUNK_RECORDS, ran)
 
