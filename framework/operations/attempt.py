@@ -105,6 +105,15 @@ def result_of(p: Pipeline, row: LedgerRow, status: str) -> BatchResult:
     )
 
 
+def other_input(where: str, done: LedgerRow, fingerprint: str) -> FingerprintMismatchError:
+    """The error of committed batch ``done`` run again with input of another ``fingerprint``."""
+    return FingerprintMismatchError(
+        f"{where}: already committed (seq {done.seq}) with different input "
+        f"(fingerprint {done.fingerprint} != {fingerprint}). Committed batches are immutable; "
+        "use replay to re-run a historical range."
+    )
+
+
 class BatchAttempt:
     """One attempt of batch ``batch_id`` of ``p`` against the tables ``t``; ``run`` it once."""
 
@@ -281,11 +290,7 @@ class BatchAttempt:
         self.steps.enter(Phase.RERUN, f"checking the input against committed batch {done.batch_id!r} (seq {done.seq})")
         inp = reading.for_rerun()
         if done.fingerprint != inp.fingerprint:
-            raise FingerprintMismatchError(
-                f"{self.steps.where}: already committed (seq {done.seq}) with different input "
-                f"(fingerprint {done.fingerprint} != {inp.fingerprint}). Committed batches are immutable; "
-                "use replay to re-run a historical range."
-            )
+            raise other_input(self.steps.where, done, inp.fingerprint)
         return result_of(self.p, done, "already committed")
 
     def _check(self, pending: list[str]) -> None:

@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from ..definition.columns import INTERVAL, LATE_BUCKET, REJECTED_BUCKET, STREAM_BEFORE, TS
 from ..definition.pipeline import Pipeline
 from ..definition.windows import TimeWindows
-from ..errors import ConcurrentBatchError, FingerprintMismatchError, FrameworkError, InputError, QualityGateError
+from ..errors import ConcurrentBatchError, FrameworkError, InputError, QualityGateError
 from ..execution import plans
 from ..execution.batch import Batch, Effect, strict
 from ..execution.sources import BatchInput, CheckedInput, check_input, fingerprint, record_checks, rejected_records
@@ -41,10 +41,10 @@ from ..execution.streamtime import (
 )
 from ..storage import entries, files, ledger, metrics, sinks, state, tables
 from ..storage.ledger import LedgerRow, Status
-from .attempt import ATTEMPTED, BatchAttempt, BatchResult, result_of
+from .attempt import ATTEMPTED, BatchAttempt, BatchResult, other_input, result_of
 from .planning import SCAN_RECORDS_PER_PARTITION, Counted, Kept, Plan, definition, tallied
 from .planning import metrics as metrics_of
-from .publication import finish
+from .publication import Manifest, finish, mark
 from .settings import Settings
 
 
@@ -112,15 +112,6 @@ def gate_refusal(s: Settings, p: Pipeline) -> str | None:
     if row_by_row(p, load_suite(p, s.expectations)):
         return None
     return "the quality suite has table-wide expectations (row counts, means): each interval's rows are gated alone"
-
-
-@dataclass(frozen=True)
-class Summaries:
-    """The validation of each interval of a chunk (``CheckedInput.validated``), and the
-    whole chunk's input as one ``BatchInput`` for the plan."""
-
-    each: list[BatchInput]
-    whole: BatchInput
 
 
 class ChunkAttempt(BatchAttempt):
@@ -214,11 +205,7 @@ class ChunkAttempt(BatchAttempt):
                 return []
             given = fingerprint(summaries.get(k) or {"n": 0, "h": None})
             if row.fingerprint != given:
-                raise FingerprintMismatchError(
-                    f"pipeline {self.p.name!r}, batch {iv.batch_id!r}: already committed (seq {row.seq}) with "
-                    f"different input (fingerprint {row.fingerprint} != {given}). Committed batches are "
-                    "immutable; use replay to re-run a historical range."
-                )
+                raise other_input(f"pipeline {self.p.name!r}, batch {iv.batch_id!r}", row, given)
             done.append(result_of(self.p, row, "already committed"))
         return done
 
@@ -320,9 +307,8 @@ class ChunkAttempt(BatchAttempt):
             }
         )
         closed, emitted, opened = (_by_interval(tally[name], n, "n", 0) for name in ("closed", "emitted", "opened"))
-        counters = [
-            {name: _by_interval(tally["counters"], n, name, None)[k] for name in effect.counters} for k in range(n)
-        ]
+        by_name = {name: _by_interval(tally["counters"], n, name, None) for name in effect.counters}
+        counters = [{name: values[k] for name, values in by_name.items()} for k in range(n)]
         open_after = tally["open"]["n"]
         open_before = self.last.windows_open if self.last and self.last.windows_open is not None else None
         if open_before is None:  # no count recorded (no batch yet, or an old ledger): from the count after
@@ -369,8 +355,6 @@ class ChunkAttempt(BatchAttempt):
     ) -> list[LedgerRow]:
         """Mark what to publish, then commit the state change, a ledger row per interval and the
         late and rejected records, each under its interval's batch, in one commit."""
-        from .publication import Manifest, mark
-
         mark(self.s.spark, self.staging, Manifest(tuple(n for n in ("output",) if n in written), self.schemas))
         assert self.seen is not None  # read in step 1
         at = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)

@@ -11,6 +11,7 @@ import datetime as dt
 import functools
 import json
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -96,7 +97,7 @@ class Pass:
     records: int  # the records that passed the checks, as observed
 
 
-class Reading:
+class Reading(ABC):
     """How a batch reads its input, chosen once when its attempt starts (``reading_for``): what
     runs beside the ledger's read, what a committed batch id's re-run is checked with, and the
     input (and the one pass's reduction, if any) the plan takes."""
@@ -112,9 +113,9 @@ class Reading:
         """The input, validated, for a re-run's fingerprint check."""
         return self.checked.read()
 
+    @abstractmethod
     def for_plan(self, steps: Steps, p: Pipeline, last: LedgerRow | None, kept: Kept) -> tuple[BatchInput, Pass | None]:
         """The validated input the plan takes, and what a one pass kept of it (None: no pass)."""
-        raise NotImplementedError
 
 
 class SeparateReads(Reading):
