@@ -74,7 +74,7 @@ def snapshot_frames(rt, p):
         "ledger": _drop(bookkeeping.read_ledger(spark, t.root), *volatile, "output_base", "metrics"),
         "state": state.windows(spark, t.state, tables.latest_version(spark, t.state) or -1),
     }
-    if p.rate_limited:
+    if p.emission.buffered:
         frames["buffer"] = bookkeeping_frame(spark, buffer_path(t, p))
     return {name: df for name, df in frames.items() if df is not None}
 
@@ -128,7 +128,7 @@ def test_crash_at_every_write_boundary_then_rerun_equals_a_clean_run(spark, ware
     outcomes = in_parallel([clean] + [lambda pt=pt: crash_at(pt) for pt in WRITE_POINTS])
     reference, crashed = outcomes[0], dict(outcomes[1:])
     assert reference["output"] and reference["late"]  # every write point was exercised
-    assert ("buffer" in reference) == p.rate_limited
+    assert ("buffer" in reference) == p.emission.buffered
     for point, after in crashed.items():
         assert after == reference, f"crash before {point!r} write"
 

@@ -11,7 +11,9 @@ from datetime import timedelta
 from typing import cast
 
 from ..errors import DefinitionError
+from . import emission
 from .aggregations import Aggregate
+from .emission import Emission
 from .names import (
     EMITTED_COLUMNS,
     RESERVED_TABLES,
@@ -188,24 +190,21 @@ class Pipeline:
                 f"pipeline's own {RESERVED_TABLES[table]} ({table!r}; names are compared ignoring "
                 "case); choose another name for Suppressed.with_name(...)"
             )
-        if suppressed.mode == "until_window_closes" and self.windows is None:
+        kind = emission.of(suppressed)
+        if kind.final and self.windows is None:
             raise DefinitionError(
                 f"pipeline {self.name!r}: until_window_closes needs a windowed "
                 "aggregation (add .windowed_by(...)); use until_time_limit to rate-limit a "
                 "plain table"
             )
-        if (
-            suppressed.mode == "until_window_closes"
-            and suppressed.buffer.byte_limit is not None
-            and self.lateness != "record"
-        ):
+        if kind.final and suppressed.buffer.byte_limit is not None and self.lateness != "record":
             raise DefinitionError(
                 f"pipeline {self.name!r}: a max_bytes bound on until_window_closes is checked "
                 "after every record, which needs lateness='record' (the default); use "
                 "max_records(n).shut_down_when_full() (checked on the windows held after the "
                 "batch) or BufferConfig.unbounded()"
             )
-        if suppressed.mode == "until_time_limit" and self.lateness != "record":
+        if kind.buffered and self.lateness != "record":
             raise DefinitionError(
                 f"pipeline {self.name!r}: until_time_limit emits record by record, so it needs "
                 "lateness='record' (the default)"
@@ -287,14 +286,9 @@ class Pipeline:
 
     # ---- derived facts used by the runtime -------------------------------------------------
     @property
-    def suppressed_final(self) -> bool:
-        """True when the sink receives final results only (one row per key and window)."""
-        return self.suppression is not None and self.suppression.mode == "until_window_closes"
-
-    @property
-    def rate_limited(self) -> bool:
-        """True when the sink receives a log of rate-limited updates (``until_time_limit``)."""
-        return self.suppression is not None and self.suppression.mode == "until_time_limit"
+    def emission(self) -> Emission:
+        """What the sink receives: final results, a log of rate-limited updates, or updates."""
+        return emission.of(self.suppression)
 
     @property
     def identity(self) -> list[str]:
@@ -328,18 +322,11 @@ class Pipeline:
         lines.append(f"  --> Aggregate [{aggs}]  (store: {store})")
         if self.suppression is not None:
             label = self.suppression.name or "<unnamed>"
-            buffer = f"{self.name}.buffer_{self.suppression.name or 'suppress'}" if self.rate_limited else store
+            buffer = f"{self.name}.buffer_{self.suppression.name or 'suppress'}" if self.emission.buffered else store
             lines.append(f"  --> Suppress {label}: {self.suppression.describe()}  (buffer: {buffer})")
         for s in self.steps:
             lines.append(f"  --> {s.describe()}")
-        mode = (
-            "append, final results"
-            if self.suppressed_final
-            else "append, rate-limited updates"
-            if self.rate_limited
-            else "merge, emit on update"
-        )
-        lines.append(f"  --> Sink {self.sink} ({mode})")
+        lines.append(f"  --> Sink {self.sink} ({self.emission.sink})")
         rejected = ", rejected records" if self.bad_records == "quarantine" else ""
         lines.append(
             f"  State: {self.name}._state (window state, ledger, metrics, late records{rejected}: one commit per batch)"

@@ -160,7 +160,7 @@ class Effect:
 def wants_updates(p: Pipeline) -> bool:
     """Whether a plan gives its updates record by record (``Effect.updates``): for a
     rate-limiting buffer, or a final-results one measured after every record."""
-    return p.rate_limited or holds_until_close(p)
+    return p.emission.buffered or holds_until_close(p)
 
 
 def holds_until_close(p: Pipeline) -> bool:
@@ -168,7 +168,7 @@ def holds_until_close(p: Pipeline) -> bool:
     (``ratelimit.held_until_close``): a bounded one that shuts down when full, where records
     are late one by one (lateness="record"); with lateness="batch" the open windows after the
     batch are its size."""
-    return strict(p) and not p.rate_limited and p.windows is not None and p.lateness == "record"
+    return strict(p) and not p.emission.buffered and p.windows is not None and p.lateness == "record"
 
 
 def strict(p: Pipeline) -> bool:

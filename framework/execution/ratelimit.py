@@ -100,7 +100,7 @@ def limit(b: Batch, effect: Effect, locally: bool = False) -> Effect:
     ups = ups.localCheckpoint(eager=True)  # read three times: by the fold and for two values
     changes = _buffered(b, ups, stored, s.time_limit_ms, eager)
     # read by the emitted rows and by the buffer's sizes: computed once (each read planned the
-    # placement's joins and window again: 8 s of a tiny batch's 36 s, two workers on two cores)
+    # placement's joins and window again)
     emits = _placed(b, changes.filter(f"{WHAT} = 'emit'")).localCheckpoint(eager=True)
     emitted = _with_values(emits, ups, stored, ident, values).select(
         *entry, *values, *([] if GONE in values else [F.lit(False).alias(GONE)]), F.col(STREAM_TIME).alias(EMITTED_AT)

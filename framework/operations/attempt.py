@@ -373,7 +373,7 @@ class BatchAttempt:
     def _audit(self, planned: Plan, rows_out: DataFrame) -> Audit | None:
         """The quality gate over final or rate-limited rows, before anything is written."""
         self.steps.step = "auditing the results"
-        if not (planned.emitted and self.s.quality and self.p.suppression is not None):
+        if not (planned.emitted and self.s.quality and self.p.emission.appended):
             return None
         from . import quality  # GX loads only in processes that have final or rate-limited rows to audit
 
@@ -488,7 +488,7 @@ class BatchAttempt:
             at=dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
             buffer_version=written.get("buffer", self._base("buffer")),
             windows_open=values.get("windows_open"),
-            output_base=tables.latest_version(self.s.spark, self.t.output) if self.p.suppression is None else None,
+            output_base=tables.latest_version(self.s.spark, self.t.output) if not self.p.emission.appended else None,
             metrics=json.dumps({k: v for k, v in values.items() if k != "stream_time"}),
             late_schema=late.schema.simpleString() if late is not None else None,
             interval_start=to_epoch_millis(self.interval[0]) if self.interval and self.interval[0] else None,

@@ -93,7 +93,7 @@ def chunk_refusal(p: Pipeline) -> str | None:
     record: those still run one batch per interval."""
     if not isinstance(p.windows, TimeWindows):
         return "a chunk counts time windows only; sessions, sliding windows and plain tables run per interval"
-    if not p.suppressed_final:
+    if not p.emission.final:
         return "a chunk publishes final results only; rate-limited and updated sinks run per interval"
     if strict(p):
         return "a buffer that shuts down when full is measured after every record; it runs per interval"
@@ -105,7 +105,7 @@ def gate_refusal(s: Settings, p: Pipeline) -> str | None:
     table-wide expectations (row counts, means) judges a batch's rows together, so a chunk's rows
     could pass where one interval's would not. Row-by-row suites judge each row alone: the
     chunk's audit is each interval's."""
-    if not (s.quality and p.suppression is not None):
+    if not (s.quality and p.emission.appended):
         return None
     from .suites import load_suite, row_by_row  # Great Expectations: only where a gate runs
 

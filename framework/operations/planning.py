@@ -55,8 +55,7 @@ class Kept:
     A local checkpoint, not ``persist``: the frame is still computed once, by the first job that
     reads it, but the frame returned is a leaf, so each later read plans only what it adds. A
     cached frame keeps its whole plan, and Spark analyzes and optimizes that plan again for every
-    query over it: a tiny session-window batch took 9.4 s with ``persist``, 8.0 s with this.
-    Callers use the frame returned.
+    query over it (bench/README.md#figures-behind-the-codes-choices). Callers use the frame returned.
 
     The frames kept from are held too, until the batch ends. Spark registers a plan's metrics
     weakly; a kept frame's lineage is what holds them, and the first job that reads the frame
@@ -238,7 +237,7 @@ def _effect(x: Planning) -> tuple[Batch, Effect]:
         reduced=x.passed.reduced if x.passed is not None else None,
     )
     effect = plans.effect_of(batch)
-    if p.rate_limited:
+    if p.emission.buffered:
         effect = ratelimit.limit(batch, effect, locally=_small(s, inp, last))
     results = kept(effect.results)  # for the counts, the audit and the staging write
     effect = replace(effect, results=results, closed=results if effect.results_are_closed else effect.closed)
@@ -386,7 +385,7 @@ def check_buffer(where: str, p: Pipeline, windows_open: int, buffered: dict | No
     if not strict(p):
         return
     buf = p.suppression.buffer
-    what = "entries" if p.rate_limited else "windows"
+    what = "entries" if p.emission.buffered else "windows"
     if buffered is not None:
         count, size = buffered["count_max"], buffered["size_max"]
     else:
@@ -439,7 +438,7 @@ def batch_metrics(p: Pipeline, plan: Plan, started_at: float) -> dict:
 def metrics(p: Pipeline, c: Counted, duration_ms: int) -> dict:
     """A batch's metrics row (KIP-328 names), recorded in its ledger row and published; the
     ledger row also keeps ``rows_published``, the rows the sink received (after any filter)."""
-    final, buffered, open_now = p.suppressed_final, c.buffered, c.windows_open
+    final, buffered, open_now = p.emission.final, c.buffered, c.windows_open
     values = dict(
         c.counts,
         records_in=c.records_in,

@@ -41,7 +41,7 @@ class Staged(tables.Tables):
 
     @classmethod
     def of(cls, t: tables.Tables, p: Pipeline, folder: str) -> Staged:
-        return cls(t.root, t.sink, tombstones=p.suppression is None, folder=folder)
+        return cls(t.root, t.sink, tombstones=not p.emission.appended, folder=folder)
 
     @property
     def state(self) -> str:
@@ -153,7 +153,7 @@ def publish_range(
     staged = Staged.of(t, p, folder)
     once = {"txnAppId": REPLAYS, "txnVersion": str(replay.fence)}
     sink = tables.read(spark, staged.output) if "output" in manifest.staged else None
-    if p.suppression is not None:
+    if p.emission.appended:
         first, last = tables.literal(replay.first_batch_id), tables.literal(replay.last_batch_id)
         _replace(spark, sink, t.output, f"emitted_batch_id BETWEEN {first} AND {last}", tag, once)
     elif sink is not None:

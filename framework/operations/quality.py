@@ -50,8 +50,8 @@ log = logging.getLogger("framework.quality")
 EXAMPLES = 3
 SITE = "warehouse"
 #: The newest validations GX's Data Docs index lists (``document_index``). Building it loads each
-#: result it lists, so no audit does (at 699 stored results an audit that rebuilt it took 1.42-1.57 s
-#: listing 500, 0.38 s without it: bench/README.md, the gated run again); an operator's command does.
+#: result it lists, so no audit does (it made an audit several times slower:
+#: bench/README.md#figures-behind-the-codes-choices); an operator's command does.
 INDEXED = 500
 #: Frames of at most this many rows are validated in memory (GX's pandas engine): a batch's
 #: audit usually checks a few hundred rows, and GX's Spark engine runs a Spark job per metric
@@ -145,7 +145,7 @@ class Report:
 # ---- validation --------------------------------------------------------------------------
 def _with_close_time(p: Pipeline, df: DataFrame) -> DataFrame:
     """Final results with their window's close time, by the window type's rule (docs/design.md#windows)."""
-    if not p.suppressed_final or "window_end" not in df.columns:
+    if not p.emission.final or "window_end" not in df.columns:
         return df
     return df.withColumn("close_time", F.timestamp_millis(p.windows.close(F.unix_millis("window_end"))))
 
@@ -377,8 +377,7 @@ def _in_memory(frame: DataFrame, suite: gx.ExpectationSuite) -> pd.DataFrame | N
     Spark engine): at most ``IN_MEMORY_ROWS`` rows, no NaN (pandas reads it as null, Spark as a
     number above all others) and no ``SPARK_ONLY`` expectation. One Spark job fetches at most one
     row more than that, each with whether it holds a NaN: a batch's few hundred rows are not
-    cached first (over Spark Connect caching a frame plans its query in an RPC of its own,
-    1.3 s of a gated 100,000-event batch)."""
+    cached first (over Spark Connect caching a frame plans its query in an RPC of its own)."""
     if any(e.expectation_type in SPARK_ONLY for e in suite.expectations):
         return None
     floats = [F.isnan(F.col(f.name)) for f in frame.schema.fields if isinstance(f.dataType, (DoubleType, FloatType))]
@@ -490,7 +489,7 @@ def gate(
     if staged_rows.isEmpty():
         return Report(p.name, batch_id, (), dt.datetime.now(dt.timezone.utc).replace(tzinfo=None))
     frame = staged_rows.withColumn(ORIGIN, F.lit("staged"))
-    if p.suppressed_final and published_table_df is not None and set(p.identity) <= set(staged_rows.columns):
+    if p.emission.final and published_table_df is not None and set(p.identity) <= set(staged_rows.columns):
         frame = frame.unionByName(_published_twins(p, staged_rows, published_table_df), allowMissingColumns=True)
     report = _run(spark, p, frame, batch_id, warehouse_root, expectations_dir)
     report.raise_for_failures(

@@ -244,7 +244,7 @@ def _failure(where: str, e: BaseException) -> Exception | None:
 def _output_base(where: str, p: Pipeline, first: LedgerRow, before: LedgerRow | None) -> int | None:
     """The version of a MERGEd sink before the range: recorded by its first batch (or, in a
     ledger from before ``output_base``, by the batch before it as ``output_version``)."""
-    if p.suppression is not None or before is None:
+    if p.emission.appended or before is None:
         return None
     if first.output_base is not None:
         return first.output_base
@@ -346,7 +346,7 @@ def _seed(spark: SparkSession, path: str, source: str, first: LedgerRow, before:
 
 def _emitted_since(spark: SparkSession, p: Pipeline, t: tables.Tables, first_batch_id: str, last_batch_id: str) -> int:
     """Rows of an append-only sink emitted by the batches ``first_batch_id`` .. ``last_batch_id``."""
-    if p.suppression is None or not tables.exists(spark, t.output):
+    if not p.emission.appended or not tables.exists(spark, t.output):
         return 0
     return tables.read(spark, t.output).filter(F.col("emitted_batch_id").between(first_batch_id, last_batch_id)).count()
 

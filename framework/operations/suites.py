@@ -45,7 +45,7 @@ def _output_columns(p: Pipeline) -> set[str]:
             columns.append(step.args[0])
         elif step.op == "select":
             columns = list(step.args)
-    extra = ["close_time"] if p.suppressed_final and "window_end" in columns else []
+    extra = ["close_time"] if p.emission.final and "window_end" in columns else []
     return set(columns + extra + ["emitted_batch_id", "emitted_stream_time"])
 
 
@@ -73,7 +73,7 @@ def _columns_of(kwargs: dict) -> list[str]:
 
 def _sink(p: Pipeline) -> str:
     """The kind of results table, as the template's ``meta.applies_to`` names it."""
-    return "final_results" if p.suppressed_final else "rate_limited" if p.rate_limited else "updates"
+    return p.emission.name
 
 
 def _template(p: Pipeline) -> list[dict]:

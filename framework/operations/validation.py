@@ -79,7 +79,7 @@ def _audited(p: Pipeline, run: BatchResult, version: int, earlier: list[Outcome]
     the table version that passed the same suite last, and the batch's publication is the one
     commit since (any other commit, before or after it, moves the version further)."""
     audit = run.audit
-    if audit is None or audit.table_version is None or not p.suppressed_final or version != audit.table_version + 1:
+    if audit is None or audit.table_version is None or not p.emission.final or version != audit.table_version + 1:
         return None
     passed = any(
         e.success and e.table_version == audit.table_version and e.suite_digest == audit.report.digest for e in earlier

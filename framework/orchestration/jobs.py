@@ -144,7 +144,7 @@ def intervals(start: dt.datetime, stop: dt.datetime, every: dt.timedelta) -> lis
 
 
 def start_importing_quality() -> None:
-    """Import the quality module (Great Expectations: about 5 s on a quiet machine, the largest
+    """Import the quality module (Great Expectations: seconds on a quiet machine, the largest
     part of the gate's cost in a fresh process) in a thread. A job's main thread spends those
     seconds waiting on the JVM (the session, the batch's queries); the audit's import then finds
     the module loaded, or waits for it. Call it once pyspark.sql is imported: the thread imports

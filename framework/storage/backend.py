@@ -312,8 +312,7 @@ class ConnectBackend(SessionBackend):
         """By analysing a read of it, which resolves the table's last snapshot: no job where that
         version has a checksum file, which commits over Connect write and a classic session of
         ours does not. Not delta-spark's ``DeltaTable``, which needs Delta's Connect plugin on the
-        server (Delta 4.4 publishes none for Spark 4.2), nor ``DESCRIBE DETAIL``, which runs a job
-        (1.4 s on a one-thread server)."""
+        server (Delta 4.4 publishes none for Spark 4.2), nor ``DESCRIBE DETAIL``, which runs a job."""
         return _unless_no_table(lambda: self.spark.read.format("delta").load(path).schema) is not None
 
     def head(self, path: str) -> tuple[str, int] | None:

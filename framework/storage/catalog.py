@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 
 from ..definition.columns import BUCKET, ENTRY, LATE_BUCKET, LEDGER_BUCKET, REJECTED_BUCKET, SEQ
 from ..errors import FrameworkError
-from . import backend, bookkeeping, entries, ledger, locks, metrics, tables
+from . import backend, bookkeeping, entries, ledger, locks, metrics, state, tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -46,10 +46,9 @@ def check_schema(schema: str) -> str:
 def table_names(p: Pipeline, layout: tables.Tables) -> list[tuple[str, str]]:
     """(catalog table name, path) of each table ``p`` may have."""
     named = [(p.sink or f"{p.name}_output", layout.output), (f"{p.name}_state", layout.state)]
-    if p.rate_limited:
-        named.append(
-            (f"{p.name}_{os.path.basename(layout.buffer(p.suppression.name))}", layout.buffer(p.suppression.name))
-        )
+    buffer = state.buffer_path(layout, p)
+    if buffer is not None:
+        named.append((f"{p.name}_{os.path.basename(buffer)}", buffer))
     return named
 
 

@@ -59,8 +59,7 @@ class _RememberingView(JVMView):
     rate-limited batch. py4j asks the JVM each time, and the JVM first tries the short name as a
     top-level class, which fails only after searching every jar. A class once found stays that
     class in that JVM, so keeping it is exact; packages and failed names are asked for again.
-    Twelve tiny batches of four window types asked the JVM's class loader 8,349 times without
-    it and 3,256 times with it, 2.2 s of class loading against 0.7 s
+    It cuts the class loader's work to about a third
     (bench/README.md#where-the-suites-cpu-goes-and-cold-jvms-without-bytecode-verification-2026-12-01)."""
 
     def __getattr__(self, name: str) -> Any:

@@ -1,8 +1,8 @@
 """Bookkeeping that keeps itself small.
 
 Each batch adds a ledger row and maybe late records to ``_state``, each commit its own small
-file in the bookkeeping partitions (``_bucket`` < 0): over 1,000 batches the ledger alone
-reached 3,853 files (``bench/results/retention.jsonl``), and every batch reads the ledger first.
+file in the bookkeeping partitions (``_bucket`` < 0), so the ledger alone grows by thousands of
+files a thousand batches (``bench/retention.py``), and every batch reads the ledger first.
 So those partitions are compacted (``OPTIMIZE ... WHERE _bucket < 0``: a file per partition
 again) every ``EVERY`` batches, by the committing batch after it has published.
 

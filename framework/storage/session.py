@@ -20,28 +20,29 @@ DEFAULT_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.sql.session.timeZone": "UTC",
-    # Spark's default of 200 shuffle partitions made a 2-core batch many times slower.
+    # Spark's default of 200 shuffle partitions made a small batch many times slower (figures:
+    # bench/README.md#figures-behind-the-codes-choices, as for each setting below).
     "spark.sql.shuffle.partitions": str(max(2, 2 * (os.cpu_count() or 2))),
     "spark.databricks.delta.snapshotPartitions": "2",
-    # Adaptive execution runs each shuffle stage as a job of its own: a tumbling batch ran 44 jobs
-    # with it and 24 without (median batch 6.7 s -> 6.0 s, bench quick); with 2 * cores shuffle
-    # partitions there is little left for it to coalesce. Streaming queries never use it.
+    # Adaptive execution runs each shuffle stage as a job of its own, nearly doubling a batch's
+    # jobs; with 2 * cores shuffle partitions there is little left for it to coalesce. Streaming
+    # queries never use it.
     "spark.sql.adaptive.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.log.structuredLogging.enabled": "false",
     "spark.databricks.delta.optimizeMetadataQuery.enabled": "true",
-    # A commit's .crc file costs a third of a small append (0.39 s -> 0.27 s here); readers do
-    # not need it, and a batch makes several small commits.
+    # A commit's .crc file costs a third of a small append; readers do not need it, and a batch
+    # makes several small commits.
     "spark.databricks.delta.writeChecksumFile.enabled": "false",
     # Spark keeps 100 compiled query classes; one batch needs more (its own plans and Delta's),
-    # so each batch recompiled ~140 of them (~1.5 s of CPU); with room for them, ~25.
+    # so each batch recompiled most of them again.
     "spark.sql.codegen.cache.maxEntries": "2000",
 }
 # What of DEFAULT_CONF a Spark Connect session sends: the settings a session may change, except
 # the shuffle partitions, which the server's cores size (docs/operations.md#spark-connect), and
 # the checksum files, which over Connect are what answers a table's id without a job
-# (``tables.head``). Left at the server's defaults, a tiny batch took 20 s on a one-thread server
-# (50 tasks per Delta snapshot, adaptive stage jobs).
+# (``tables.head``). Left at the server's defaults, a tiny batch ran 50 tasks per Delta snapshot
+# and a job per adaptive stage.
 SESSION_CONF = (
     "spark.sql.session.timeZone",
     "spark.databricks.delta.snapshotPartitions",

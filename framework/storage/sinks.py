@@ -48,9 +48,9 @@ def shape(p: Pipeline, results: DataFrame, batch_id: str | Column, stream_time: 
 def staged(p: Pipeline, rows: DataFrame) -> DataFrame:
     """What a batch stages for its sink: the rows, with ``_gone`` for a MERGEd sink, or as
     ``tombstone`` in a rate-limited log of sessions (a merge or extension replaced that session)."""
-    if p.suppression is None:
+    if not p.emission.appended:
         return rows
-    if p.rate_limited and p.windows is not None and p.windows.merges:
+    if p.emission.buffered and p.windows is not None and p.windows.merges:
         return rows.withColumnRenamed(GONE, TOMBSTONE)
     return rows.drop(GONE)
 
@@ -60,7 +60,7 @@ def publish(p: Pipeline, rows: DataFrame, path: str, seq: int, tag: str, tombsto
     the write if batch ``seq`` (or a later one) was published already. ``tombstones`` keeps
     deleted windows as ``_gone`` rows (a replay's staged sink, published later in one MERGE)."""
     spark = rows.sparkSession
-    if p.suppression is not None:  # final results, or a log of rate-limited updates: appended
+    if p.emission.appended:
         writes.save(rows, path, tag, txnAppId=writes.LEDGER_APP, txnVersion=str(seq))
         return
     writes.tagged(spark, path, tag, lambda: merge(p, rows, path, tombstones), txn_version=seq)

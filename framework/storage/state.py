@@ -20,7 +20,7 @@ from . import tables, writes
 
 def buffer_path(t: tables.Tables, p: Pipeline) -> str | None:
     """The rate-limiting buffer of ``p`` (None without one)."""
-    return t.buffer(p.suppression.name) if p.rate_limited else None
+    return t.buffer(p.suppression.name) if p.suppression is not None and p.emission.buffered else None
 
 
 def windows(spark: SparkSession, path: str, version: int) -> DataFrame | None:

@@ -38,7 +38,7 @@ CREATE_WAIT_S = 30.0  # how long a runner waits for another runner's creation of
 
 # Delta checkpoints a table every ``delta.checkpointInterval`` commits (default 10). A pipeline's
 # tables take about one commit each per batch, so with one interval they all checkpointed in the
-# same batch: over 1,000 batches every 10th batch took 1.3 to 2 s more than the median 5.8 s.
+# same batch, and every 10th batch was markedly slower (bench/README.md#figures-behind-the-codes-choices).
 # Distinct primes spread them: two tables checkpoint in the same batch in about 4 % of batches.
 CHECKPOINT_INTERVALS = {"_state": 13, "quality_results": 31}
 BUFFER_CHECKPOINT_INTERVAL = 29  # ``buffer_<name>``

@@ -46,3 +46,29 @@ def test_order_sensitive_aggregates_say_so():
         "x", "mine", None, (agg.Partial("x", f"max(struct({ARRIVAL} AS o, v AS v))", "max(x)"),), "x.v"
     )
     assert by_hand.ordered  # agg.Aggregate is public: its partials say it
+
+
+def test_each_suppression_gives_one_kind_of_results_table():
+    """A pipeline's suppression names what its sink receives, once: the layers ask that kind
+    (which rows to emit, appended or MERGEd, gated, buffered) and never the suppression's mode."""
+    from datetime import timedelta
+
+    from framework import BufferConfig, Pipeline, Suppressed
+    from framework.definition import emission
+
+    base = Pipeline("p", timestamp="ts").group_by("k").windowed_by(TimeWindows.of_size_and_grace(10, 0))
+    base = base.aggregate(agg.count("n"))
+    closes = base.suppress(Suppressed.until_window_closes(BufferConfig.unbounded())).to("out")
+    final, log = (
+        closes.emission,
+        base.suppress(Suppressed.until_time_limit(timedelta(seconds=1), BufferConfig.unbounded())).emission,
+    )
+    assert (final, log, base.emission) == (emission.FINAL_RESULTS, emission.UPDATE_LOG, emission.UPDATES)
+    answers = {e.name: (e.final, e.appended, e.buffered) for e in (final, log, base.emission)}
+    assert answers == {
+        "final_results": (True, True, False),
+        "rate_limited": (False, True, True),
+        "updates": (False, False, False),
+    }
+    assert [e.pick("closed", "changed") for e in (final, log, base.emission)] == ["closed", "changed", "changed"]
+    assert "--> Sink out (append, final results)" in closes.describe()

@@ -66,4 +66,4 @@ def needs_order(p: Pipeline) -> bool:
     rate limiting and order-sensitive aggregates do; time windows judged per batch do not."""
     ordered = any(a.ordered for a in p.aggregates)
     in_order = p.windows is not None and p.windows.scans_in_order
-    return p.lateness == "record" or ordered or p.rate_limited or in_order
+    return p.lateness == "record" or ordered or p.emission.buffered or in_order

@@ -100,9 +100,9 @@ def _results(b: Batch, changes: DataFrame, touched: DataFrame) -> DataFrame:
     deletion (``GONE``) of each one it replaced (updates)."""
     p = b.pipeline
     cols: list[str | Column] = [*p.keys, "window_start", "window_end", *finished(p), GONE]
-    if p.suppressed_final:
-        return changes.filter(~F.col(GONE) & (F.col(CLOSE) <= b.time_after)).select(*cols)
-    return touched.withColumn(GONE, F.lit(False)).unionByName(changes.filter(F.col(GONE))).select(*cols)
+    closed = changes.filter(~F.col(GONE) & (F.col(CLOSE) <= b.time_after))
+    changed = touched.withColumn(GONE, F.lit(False)).unionByName(changes.filter(F.col(GONE)))
+    return p.emission.pick(closed, changed).select(*cols)
 
 
 def _updates(b: Batch, folded: DataFrame, recs: DataFrame, old: DataFrame) -> DataFrame:

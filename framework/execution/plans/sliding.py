@@ -78,7 +78,7 @@ def plan(b: Batch, w: SlidingWindows) -> Effect:
     unchanged = stored.filter(F.col(BUCKET) >= F.lit(b.time_before // b.bucket_ms))
     current = changed.unionByName(unchanged.join(changed.select(*ident), ident, "left_anti"))
     closed = current.filter((F.col(CLOSE) > b.time_before) & (F.col(CLOSE) <= b.time_after))
-    results = (closed if p.suppressed_final else changed).select(
+    results = p.emission.pick(closed, changed).select(
         *keys, "window_start", "window_end", *finished(p), F.lit(False).alias(GONE)
     )
     updated = members.filter("_n = 1").select(*keys, POS).distinct().withColumn("_landed", F.lit(True))

@@ -70,13 +70,10 @@ def plan(b: Batch, w: TimeWindows) -> Effect:
     due = F.col(CLOSE) <= b.time_after
     keep = rows.filter(~due)
     touched = stored.join(batch_partials.select(*ident), ident, "left_semi")  # stored rows of the batch's windows
-    if p.suppressed_final:
-        results = _merge_windows(p, rows.filter(due))
-    else:
-        results = _merge_windows(p, touched.unionByName(batch_partials))
+    results = _merge_windows(p, p.emission.pick(rows.filter(due), touched.unionByName(batch_partials)))
     results = results.select(*p.keys, "window_start", "window_end", *finished(p), F.lit(False).alias(GONE))
     still_open = everything.filter(~due).unionByName(batch_partials.filter(~due)).select(*ident).distinct()
-    closed = results if p.suppressed_final else rows.filter(due).select(*ident).distinct()
+    closed = p.emission.pick(results, rows.filter(due).select(*ident).distinct())
 
     return Effect(
         state_changes=None,
@@ -86,7 +83,7 @@ def plan(b: Batch, w: TimeWindows) -> Effect:
         .withColumn(RECORDS, F.explode(F.array_repeat(F.col(RECORDS), F.col(RECORDS).cast("int"))))  # a row a copy
         .select(*p.keys, F.col(MAX_TS).alias(TS), STREAM_BEFORE, RECORD, *_interval(reduced)),
         closed=closed,
-        results_are_closed=p.suppressed_final,
+        results_are_closed=p.emission.final,
         counted=windowed,
         counters=counting(),
         open_windows=still_open,
@@ -178,7 +175,7 @@ def assign(records: DataFrame, w: TimeWindows) -> DataFrame:
     A hopping record's windows come from a literal array of offsets, ``explode``d, and plain
     arithmetic (as Spark's own ``window`` expands them), not from ``sequence`` and a lambda
     ``filter``: lambdas run interpreted, row by row, and made this the costliest step of a
-    large batch (4.5 s of a million records, 1.7 s without)."""
+    large batch (bench/README.md#figures-behind-the-codes-choices)."""
     size, adv = w.size_ms, w.advance_ms
     base = F.col(TS) - F.pmod(F.col(TS), F.lit(adv))  # the newest window's start
     windows = -(-size // adv)  # at most this many windows hold a record
