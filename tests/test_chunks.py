@@ -32,6 +32,7 @@ from framework import (
     InputError,
     Interval,
     Pipeline,
+    QualityGateError,
     Range,
     ReplayError,
     Runtime,
@@ -387,3 +388,51 @@ def test_each_interval_of_a_chunk_is_checked_against_its_own_clock_and_a_half_co
     with pytest.raises(ConcurrentBatchError, match=r"committed by another runner since the range was split"):
         ChunkAttempt(rt.settings, q, intervals, rt.tables(q), Ledgers(rt.spark)).run_chunk(r.input_df, r.arrived)
     assert [row.batch_id for row in rt.read_ledger(q).collect()] == [intervals[0].batch_id]
+
+
+def _suite(folder, p, expectation):
+    """A quality suite for ``p`` in ``folder`` holding one critical ``expectation``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    suite = {"name": p.name, "expectations": [{**expectation, "meta": {"severity": "critical"}}]}
+    (folder / f"{p.name}.json").write_text(json.dumps(suite))
+    return str(folder)
+
+
+def test_a_quality_gate_failing_mid_range_names_the_interval_then_corrected_input_resumes(spark, tmp_path):
+    """A value the suite refuses, in the fifth interval's records, closes its window there: the
+    chunk's gate fails, the range runs one interval at a time, the four intervals
+    before commit and the gate's error names the fifth, whose rows fail. Corrected, the range
+    resumes there and ends with the tables of the corrected intervals run one by one."""
+    intervals, p = _intervals(len(SPLIT)), _pipeline("chunk_gated")
+    suites = _suite(
+        tmp_path / "suites",
+        p,
+        {"type": "expect_column_values_to_be_between", "kwargs": {"column": "hi", "max_value": 100}},
+    )
+    poisoned = [list(b) for b in SPLIT]
+    poisoned[4] = [("B", 31, 999), ("A", 70, 8)]
+    rt = Runtime(spark.newSession(), str(tmp_path / "gated"), expectations=suites)
+    hows = []
+    with pytest.raises(QualityGateError, match=rf"batch '{intervals[4].batch_id}'"):
+        rt.run_range(p, _range(rt, intervals, poisoned), progress=lambda done, how: hows.append(how))
+    assert [r.batch_id for r in rt.read_ledger(p).orderBy("seq").collect()] == [iv.batch_id for iv in intervals[:4]]
+    assert hows == ["one interval at a time: the chunk was refused (QualityGateError)"] * 4
+    again = rt.run_range(p, _range(rt, intervals, SPLIT))
+    assert [r.status for r in again] == ["already committed"] * 4 + ["committed"]
+    assert _tables(rt, p) == _one_by_one(spark, str(tmp_path / "one"), p, intervals)
+
+
+def test_a_suite_with_table_wide_expectations_gates_each_interval_alone(spark, tmp_path):
+    """A row count judges a batch's rows together: the chunk's rows (more than three) would fail
+    where each interval's pass. Such a range runs one batch per interval, and says why."""
+    intervals, p = _intervals(len(SPLIT)), _pipeline("chunk_table_wide")
+    suites = _suite(
+        tmp_path / "suites", p, {"type": "expect_table_row_count_to_be_between", "kwargs": {"max_value": 3}}
+    )
+    rt = Runtime(spark.newSession(), str(tmp_path / "wide"), expectations=suites)
+    hows = []
+    rt.run_range(p, _range(rt, intervals, SPLIT), progress=lambda done, how: hows.append((len(done), how)))
+    reason = "one batch per interval: the quality suite has table-wide expectations (row counts, means): "
+    reason += "each interval's rows are gated alone"
+    assert hows == [(1, reason)] * len(intervals)
+    assert _tables(rt, p) == _one_by_one(spark, str(tmp_path / "one"), p, intervals)

@@ -485,7 +485,7 @@ def run_chunks(
                 raise
             # as one by one: the intervals before the one whose records or rows fail commit, and
             # its own error names it (a refused chunk wrote nothing: its intervals run again)
-            how = f"one interval at a time, the chunk refused by an {type(e).__name__}"
+            how = f"one interval at a time: the chunk was refused ({type(e).__name__})"
             for iv in chunk:
                 ran(ChunkAttempt(s, p, [iv], t, ledgers).run_chunk(input_df, arrived, gap()), how)
     return results
