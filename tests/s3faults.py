@@ -21,6 +21,10 @@ store that implements the header non-atomically).
 
 Everything the proxy answered is recorded (``Seen``), with the headers of each commit file's
 first PUT, so a test can tell which versions writers aimed at and what they sent.
+
+SSE-C is checked as S3 checks it (the test server ignores it): an object PUT with a customer key
+is read (GET, HEAD) only with that key's MD5 (400 without it, 403 with another), and an object
+PUT without one only without (400), so a read-back that drops the key fails as it would on S3.
 """
 
 from __future__ import annotations
@@ -44,7 +48,9 @@ COMMIT_FILE = re.compile(COMMIT)
 CHECKPOINT = r"/_delta_log/(\d{20}\.checkpoint\.parquet|_last_checkpoint)$"
 PROBE = r"/_delta_log/\.put-if-absent-probe-"  # the LogStore's atomicity probe marker
 KINDS = ("5xx", "5xx-applied", "409", "409-applied", "lost", "slow", "reset")
-ERRORS = {409: "ConditionalRequestConflict", 412: "PreconditionFailed", 500: "InternalError", 503: "SlowDown"}
+ERRORS = {400: "InvalidRequest", 403: "AccessDenied", 409: "ConditionalRequestConflict", 412: "PreconditionFailed"}
+ERRORS |= {500: "InternalError", 503: "SlowDown"}
+CUSTOMER_KEY = "x-amz-server-side-encryption-customer-key-md5"  # SSE-C: the MD5 of the key a request carries
 ANSWER = {"5xx": 503, "5xx-applied": 500, "409": 409, "409-applied": 409}  # faults answered with an error
 APPLIED = ("5xx-applied", "409-applied", "lost", "slow")  # faults whose request reaches the server
 SLOW_S = 4.0  # a slow apply's delay: longer than the clients' timeout in the fault tests
@@ -79,6 +85,7 @@ class Seen:
     hits: Counter = field(default_factory=Counter)  # (fault index, key) -> requests that got it
     lock: threading.Condition = field(default_factory=threading.Condition)
     busy: int = 0  # requests being handled (a slow one until it landed)
+    keys: dict[str, str | None] = field(default_factory=dict)  # key -> the SSE-C key MD5 it was PUT with
     rng: random.Random = field(default_factory=random.Random)
 
     @property
@@ -160,11 +167,16 @@ def _handler(upstream: str, faults: Sequence[Fault], store: str, seen: Seen) -> 
                 self.rfile.read(length // 2)
                 return self._reset(op, key)
             body = self.rfile.read(length)
+            refused = self._customer_key_refused(op, key)
+            if refused:
+                return self._error(op, key, refused)
             if fault in ("5xx", "409"):
                 return self._error(op, key, ANSWER[fault])
             if fault == "slow":
                 time.sleep(SLOW_S)
             status, headers, data = self._upstream(body, op == "PUT" and "if-none-match" in self.headers)
+            if op == "PUT" and status == 200:  # applied, whatever the client hears
+                seen.keys[key] = self.headers.get(CUSTOMER_KEY)
             if fault == "reset" and op == "HEAD":
                 return self._reset(op, key)
             if fault in ("lost", "slow"):
@@ -189,6 +201,15 @@ def _handler(upstream: str, faults: Sequence[Fault], store: str, seen: Seen) -> 
                 return self._reset(op, key)
             self.wfile.write(data)
             return None
+
+        def _customer_key_refused(self, op: str, key: str) -> int | None:
+            """S3's answer to a read whose SSE-C key is not the one the object was PUT with."""
+            if op not in ("GET", "HEAD") or key not in seen.keys:
+                return None
+            stored, given = seen.keys[key], self.headers.get(CUSTOMER_KEY)
+            if stored == given:
+                return None
+            return 403 if stored and given else 400
 
         def _upstream(self, body: bytes, conditional: bool) -> tuple[int, list[tuple[str, str]], bytes]:
             """The server's answer to this request, with the store's handling of If-None-Match."""

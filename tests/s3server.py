@@ -64,10 +64,11 @@ class S3:
         """Environment for a client outside Spark (boto3, pyarrow: the quality-gate task)."""
         return dict(CREDENTIALS, AWS_ENDPOINT_URL=self.endpoint)
 
-    def client(self):
+    def client(self, proxied: bool = False):
+        """A boto3 client of the server, or (``proxied``) of the proxy it is ``behind``."""
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint, **_boto_credentials())
+        return boto3.client("s3", endpoint_url=self.via if proxied else self.endpoint, **_boto_credentials())
 
     def keys(self, prefix: str = "") -> list[str]:
         pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)

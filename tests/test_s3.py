@@ -218,8 +218,9 @@ def test_a_store_that_ignores_if_none_match_is_refused_before_its_first_commit(s
 def test_commit_files_get_the_buckets_s3a_write_settings(spark, s3):
     """The bucket's s3a write settings apply to its Delta commit files as to the data files s3a
     writes, since the LogStore's PUT is built by s3a's request factory: SSE-KMS, the storage class
-    and the canned ACL (as the server keeps them), and SSE-C (as sent: the server ignores it),
-    without which s3a could not read the commit back."""
+    and the canned ACL (as the server keeps them), and SSE-C (checked by the proxy as S3 checks
+    it), without which s3a could not read the commit back: a commit PUT whose answer is lost is
+    settled by reading it back, which needs the customer key too."""
 
     def bucket(name, via, **settings):
         made = s3.behind(via, name)
@@ -254,11 +255,17 @@ def test_commit_files_get_the_buckets_s3a_write_settings(spark, s3):
     assert commit[:3] == ("aws:kms", kms, "STANDARD_IA") and any("AllUsers" in g for g in commit[3]), commit
 
     key = bytes(range(32))
-    with proxy(s3.endpoint) as (endpoint, log):
+    with proxy(s3.endpoint, [Fault("lost")]) as (endpoint, log):  # the proxy checks SSE-C as S3 does
         customer = bucket(
             "ssec", endpoint, **{"encryption.algorithm": "SSE-C", "encryption.key": b64encode(key).decode()}
         )
         assert spark.read.format("delta").load(customer.url("t")).count() == 2
-    sent = log.sent[f"/{customer.bucket}/t/_delta_log/00000000000000000000.json"]
+        assert [r for r in log.requests if r[2] in (400, 403)] == []  # every read carried the key
+        with pytest.raises(Exception, match=r"\(400\)"):  # a read without it is refused, as by S3
+            customer.client(proxied=True).head_object(Bucket=customer.bucket, Key="t/_delta_log/00000000000000000000.json")
+    first = f"/{customer.bucket}/t/_delta_log/00000000000000000000.json"
+    assert log.answers()[first][0] == "lost" and log.kinds() == {"lost": 1}
+    assert ("HEAD", first, 200) in log.requests  # settled by reading it back, with the key
+    sent = log.sent[first]
     assert sent["x-amz-server-side-encryption-customer-algorithm"] == "AES256", sent
     assert sent["x-amz-server-side-encryption-customer-key-md5"] == b64encode(md5(key).digest()).decode(), sent
