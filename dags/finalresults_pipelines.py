@@ -1,4 +1,5 @@
-"""The example pipelines of jobs/ as Airflow DAGs, one factory call each, and their replay DAGs.
+"""The example pipelines of jobs/ as Airflow DAGs, one factory call each, and their backfill
+and replay DAGs.
 
 Paths come from the environment, with defaults under the repository's ``var/`` folder:
 FINALRESULTS_WAREHOUSE (pipeline tables), FINALRESULTS_LANDING (input tables), FINALRESULTS_JOBS
@@ -12,7 +13,7 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
-from framework.airflow import pipeline_dag, replay_dag
+from framework.airflow import backfill_dag, pipeline_dag, replay_dag
 
 REPO = Path(__file__).resolve().parents[1]
 WAREHOUSE = os.environ.get("FINALRESULTS_WAREHOUSE", str(REPO / "var" / "warehouse"))
@@ -30,6 +31,11 @@ PATHS = {**SPARK, "end_date": END}
 user_alerts = pipeline_dag(str(JOBS / "user_alerts.py"), "0 * * * *", START, **PATHS)
 page_sessions = pipeline_dag(str(JOBS / "page_sessions.py"), "*/30 * * * *", START, **PATHS)
 sliding_metric = pipeline_dag(str(JOBS / "sliding_metric.py"), "*/15 * * * *", START, **PATHS)
+
+# Manually triggered catch-ups of a range in one run, in chunks (params: start, end, optional chunk_records).
+user_alerts_backfill = backfill_dag(str(JOBS / "user_alerts.py"), **SPARK)
+page_sessions_backfill = backfill_dag(str(JOBS / "page_sessions.py"), **SPARK)
+sliding_metric_backfill = backfill_dag(str(JOBS / "sliding_metric.py"), **SPARK)
 
 # Manually triggered replays of a committed range (params: start, optional end).
 user_alerts_replay = replay_dag(str(JOBS / "user_alerts.py"), **SPARK)

@@ -1,13 +1,16 @@
-"""Backfill (docs/design.md#backfill): a new pipeline catches up through ordinary Airflow backfill, in order.
+"""Backfill (docs/operations.md#backfill): a new pipeline catches up in one Airflow run, then
+ordinary Airflow backfill runs of the intervals it covered find them committed, in order.
 
 A real deployment on loopback, on a temporary SQLite home: ``airflow db migrate``, then the
 execution API server, the scheduler (LocalExecutor, no log server) and the dag-processor as
-separate processes (each in its own process group, killed at the end whatever happens), and
-``airflow backfill create`` for two hourly intervals of ``user_alerts``; then its replay DAG,
-triggered with params, replays the last batch. The pipeline DAG ends where the backfill does, so
-every run of it is the backfill's. Data-aware downstream (docs/design.md#downstream): the gates' asset events
-trigger ``user_alert_notifications``, which puts each final row in its outbox once, also when
-its task is retried.
+separate processes (each in its own process group, killed at the end whatever happens). The
+backfill DAG of ``user_alerts``, triggered with params, runs two hourly intervals in one chunk
+and records each as its batch; ``airflow backfill create`` for the same intervals then runs the
+pipeline DAG, whose runs report them already committed; then its replay DAG, triggered with
+params, replays the last batch. The pipeline DAG ends where the backfill does, so every run of it
+is the backfill's. Data-aware downstream (docs/design.md#downstream): the gates' asset events (the
+backfill's one per interval) trigger ``user_alert_notifications``, which puts each final row in
+its outbox once, also when its task is retried.
 """
 
 import datetime as dt
@@ -149,10 +152,16 @@ def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays
     subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
     processes: dict[str, subprocess.Popen] = {}
     try:
-        parsed = lambda: _query(tmp_path, "SELECT 1 FROM serialized_dag WHERE dag_id = ?", NOTIFY)  # noqa: E731
-        # user_alerts, its replay DAG and the notifications DAG downstream of its results asset
-        _serve(env, processes, logs, parsed, "^user_alert")
+        both = "SELECT count(DISTINCT dag_id) FROM serialized_dag WHERE dag_id IN (?, ?)"  # the two DAG files
+        parsed = lambda: _query(tmp_path, both, NOTIFY, f"{DAG_ID}_backfill")[0][0] == 2  # noqa: E731
+        # the backfill, replay and notifications DAGs; the pipeline DAG stays paused until its runs are made
+        _serve(env, processes, logs, parsed, "^user_alert(s_backfill|s_replay|_notifications)$")
         last = (START + dt.timedelta(hours=HOURS - 1)).isoformat()
+        _start(env, processes, logs, "scheduler", ["scheduler", "--skip-serve-logs"])
+        # the backfill DAG catches the range up in one run: one Spark job, a ledger row per interval
+        whole = json.dumps({"start": START.isoformat(), "end": (START + dt.timedelta(hours=HOURS)).isoformat()})
+        _cli(env, "dags", "trigger", f"{DAG_ID}_backfill", "--conf", whole)
+        _wait("the backfill run", lambda: _succeeded(tmp_path, f"{DAG_ID}_backfill", 1), processes, logs, DEADLINE)
         _cli(
             env,
             "backfill",
@@ -166,7 +175,7 @@ def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays
             "--reprocess-behavior",
             "failed",
         )
-        _start(env, processes, logs, "scheduler", ["scheduler", "--skip-serve-logs"])
+        _cli(env, "dags", "unpause", DAG_ID)
         runs = _wait(f"{HOURS} successful runs", lambda: _succeeded(tmp_path, DAG_ID, HOURS), processes, logs, DEADLINE)
 
         # the replay DAG, triggered with params, re-runs the last batch through spark-submit --replay
@@ -201,10 +210,27 @@ def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays
     for earlier, later in zip(intervals, intervals[1:]):  # each batch starts after the previous gate ended
         assert spans[(later, "spark_batch")][0] >= spans[(earlier, "quality_gate")][1]
     _ran_hours_like_one_batch(spark, tmp_path, HOURS)
+    _caught_up_in_one_run(tmp_path)
     ledger = bookkeeping.read_ledger(spark, str(tmp_path / "warehouse" / DAG_ID))
     replayed = ledger.filter(ledger.batch_id == last).collect()  # the replay re-ran the last batch
     assert sorted(r.status for r in replayed) == ["committed", "replaced"]
     _notified_once_per_final_row(spark, tmp_path, runs, delivered)
+
+
+def _caught_up_in_one_run(root: Path) -> None:
+    """The backfill run's task log has a line per interval it committed and a progress line for
+    its one chunk; every pipeline DAG run after it found its interval committed."""
+    task = root / "airflow" / "logs" / f"dag_id={DAG_ID}_backfill"
+    said = "\n".join(f.read_text() for f in sorted(task.rglob("task_id=spark_backfill/*.log")))
+    hours = [f"{START + dt.timedelta(hours=h):%Y-%m-%dT%H:%M:%S}" for h in range(HOURS)]
+    for hour in hours:
+        assert f"batch {hour}: committed (seq" in said, said[-3000:]
+    assert f"{HOURS}/{HOURS} intervals" in said and f"({hours[0]}..{hours[-1]}: one chunk)" in said, said[-3000:]
+    runs = (root / "airflow" / "logs" / f"dag_id={DAG_ID}").rglob("task_id=spark_batch/*.log")
+    batch_logs = "\n".join(f.read_text() for f in sorted(runs))
+    for hour in hours:
+        assert f"batch {hour}: already committed (seq" in batch_logs, batch_logs[-3000:]
+    assert ": committed (seq" not in batch_logs
 
 
 def _notified(root: Path, tries: int) -> bool:
@@ -231,9 +257,14 @@ def _outbox(spark, root: Path) -> list:
 
 
 def _notified_once_per_final_row(spark, root: Path, runs: list, delivered: list) -> None:
-    """Each pipeline run's gate emitted one asset event naming its batch; the downstream DAG put
-    each final row of those batches in the outbox once, and its retry added nothing."""
-    events = [json.loads(extra) for (extra,) in _query(root, "SELECT extra FROM asset_event ORDER BY id")]
+    """The backfill's gate emitted an asset event per interval, its batch id the partition key;
+    each pipeline run's gate then one naming its batch; the downstream DAG put each final row of
+    those batches in the outbox once, and its retry added nothing."""
+    rows = _query(root, "SELECT extra, partition_key FROM asset_event ORDER BY id")
+    backfill, events = rows[:HOURS], [json.loads(extra) for extra, _ in rows[HOURS:]]
+    assert sorted(key for _, key in backfill) == [r[2][:19].replace(" ", "T") for r in runs]
+    whole = f"{runs[0][2][:19]}..{runs[-1][2][:19]}".replace(" ", "T")
+    assert {json.loads(extra)["backfill"] for extra, _ in backfill} == {whole}
     results = spark.read.format("delta").load(str(root / "warehouse" / DAG_ID / "user_alert_windows"))
     published = {r.emitted_batch_id: r["count"] for r in results.groupBy("emitted_batch_id").count().collect()}
     assert [(e["batch_id"], e["seq"], e["rows_published"]) for e in events] == [

@@ -23,17 +23,17 @@ from ..storage.smallfile import text_of, visible
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-KINDS = ("batch", "replay")
+KINDS = ("batch", "replay", "backfill")
 
 
 @dataclass(frozen=True)
 class Outcome:
     """One run of a job: what it committed (or found committed) and what validation found."""
 
-    kind: str  # "batch" | "replay"
+    kind: str  # "batch" | "replay" | "backfill"
     pipeline: str
-    batch_id: str  # the batch's id; for a replay "<first>..<last>"
-    seq: int | None  # the batch's sequence number (a replay: its last batch's)
+    batch_id: str  # the batch's id; for a replay or a backfill "<first>..<last>"
+    seq: int | None  # the batch's sequence number (a replay, a backfill: its last batch's)
     rows_published: int
     stream_time: str | None  # ISO
     validated: bool  # False: the table was validated before, as it is now (same version, passed)
@@ -46,6 +46,7 @@ class Outcome:
     # duplicate), the table having passed the same suite at it; None: the whole table.
     since_version: int | None = None
     suite_digest: str | None = None  # the suite validated with (``suites.digest``)
+    batches: tuple[str, ...] = ()  # a backfill's intervals, committed or found committed: an asset event each
 
     @property
     def success(self) -> bool:
@@ -59,9 +60,8 @@ class Outcome:
         """An outcome as written, ignoring keys a newer version may add."""
         values = json.loads(text)
         known = {f.name for f in fields(cls)}
-        return cls(
-            **{k: v for k, v in values.items() if k in known} | {"failures": tuple(values.get("failures") or ())}
-        )
+        listed = {name: tuple(values.get(name) or ()) for name in ("failures", "batches")}
+        return cls(**{k: v for k, v in values.items() if k in known} | listed)
 
 
 def location(warehouse: str, pipeline: str, kind: str) -> str:

@@ -87,11 +87,27 @@ def _audited(p: Pipeline, run: BatchResult, version: int, earlier: list[Outcome]
     return audit.report if passed and audit.report.success else None
 
 
+def _ran(run: BatchResult | ReplayResult | list[BatchResult]) -> tuple[str, str, BatchResult | None, tuple[str, ...]]:
+    """The outcome's kind and name of ``run``, the batch the status names as the last run's (none
+    for a replay) and a backfill's intervals."""
+    from .replay import ReplayResult
+
+    if isinstance(run, ReplayResult):
+        return "replay", f"{run.first}..{run.last}", None, ()
+    if isinstance(run, list):
+        return "backfill", f"{run[0].batch_id}..{run[-1].batch_id}", run[-1], tuple(r.batch_id for r in run)
+    return "batch", run.batch_id, run, ()
+
+
 def after_run(
-    spark: SparkSession, p: Pipeline, warehouse: str, run: BatchResult | ReplayResult, run_id: str | None = None
+    spark: SparkSession,
+    p: Pipeline,
+    warehouse: str,
+    run: BatchResult | ReplayResult | list[BatchResult],
+    run_id: str | None = None,
 ) -> Outcome:
-    """Validate the results table after ``run`` (a batch committed or found committed, or a
-    replay) and leave the outcome for the quality-gate task of Airflow run ``run_id``.
+    """Validate the results table after ``run`` (a batch committed or found committed, a replay,
+    or a backfill's batches) and leave the outcome for the quality-gate task of Airflow run ``run_id``.
 
     The table is not validated again when an earlier outcome (of a batch or a replay) passed on
     the very version it is at now: then nobody changed it since, and Great Expectations is not
@@ -108,17 +124,15 @@ def after_run(
     from .replay import ReplayResult
     from .runtime import Runtime
 
-    if isinstance(run, ReplayResult):
-        kind, batch, last = "replay", f"{run.first}..{run.last}", (run.batches[-1] if run.batches else None)
-        seq, stream_time = (last.seq, last.stream_time) if last else (None, None)
-    else:
-        kind, batch, seq, stream_time = "batch", run.batch_id, run.seq, run.stream_time
+    kind, batch, one, covered = _ran(run)
+    last = one or (run.batches[-1] if isinstance(run, ReplayResult) and run.batches else None)
+    seq, stream_time = (last.seq, last.stream_time) if last else (None, None)
     version = tables.latest_version(spark, Runtime(spark, warehouse).tables(p).output)
     earlier = [found for k in KINDS if (found := read_in_job(spark, warehouse, p.name, k)) is not None]
     same = next((e for e in earlier if e.success and e.table_version == version), None)
     report, since, digest = None, None, same.suite_digest if same else None
     if version is not None and same is None:
-        audited = None if isinstance(run, ReplayResult) else _audited(p, run, version, earlier)
+        audited = _audited(p, one, version, earlier) if kind == "batch" and one is not None else None
         if audited is not None:
             report, since, digest = audited, version - 1, audited.digest
         else:
@@ -128,7 +142,7 @@ def after_run(
         pipeline=p.name,
         batch_id=batch,
         seq=seq,
-        rows_published=run.emitted,
+        rows_published=sum(r.emitted for r in run) if isinstance(run, list) else run.emitted,
         stream_time=stream_time.isoformat() if stream_time else None,
         validated=report is not None,
         failures=tuple(c.describe() for c in report.failed_critical) if report else (),
@@ -138,7 +152,8 @@ def after_run(
         run_id=run_id,
         since_version=since,
         suite_digest=digest,
+        batches=covered,
     )
     files.put_text(spark, location(warehouse, p.name, kind), found.to_json())
-    status.save(spark, warehouse, p.name, None if isinstance(run, ReplayResult) else run)
+    status.save(spark, warehouse, p.name, one)
     return found

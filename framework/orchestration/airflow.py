@@ -40,6 +40,7 @@ import logging
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import ModuleType
@@ -94,27 +95,35 @@ def _application(job: ModuleType) -> str:
 
 def published_batches(context: Mapping[str, Any], asset: Asset) -> list[dict]:
     """The batches named by the asset events that triggered this run (extras from
-    ``quality_gate``), in commit order; empty when the run was not triggered by ``asset``."""
+    ``quality_gate``), in commit order; empty when the run was not triggered by ``asset``.
+
+    A pipeline DAG's run announces its batch with its extra (batch id, seq, rows published,
+    stream time); a backfill announces each interval as an event of its own whose partition key
+    is the batch id, all sharing the range's extra: those batches are named by their ids alone."""
     events = (context.get("triggering_asset_events") or {}).get(asset, [])
-    batches = {e.extra["batch_id"]: dict(e.extra) for e in events if {"batch_id", "seq"} <= set(e.extra or ())}
-    return sorted(batches.values(), key=lambda b: b["seq"])
+    batches: dict[str, dict] = {}
+    for e in events:
+        extra = dict(e.extra or {})
+        if {"batch_id", "seq"} <= set(extra):
+            batches[extra["batch_id"]] = extra
+        elif extra.get("backfill") and getattr(e, "partition_key", None):
+            batches.setdefault(e.partition_key, {"pipeline": extra.get("pipeline"), "batch_id": e.partition_key})
+    return sorted(batches.values(), key=lambda b: b["batch_id"])  # a pipeline's batch ids increase with seq
 
 
-def quality_gate(
-    job: str, warehouse: str, batch_start: str | None = None, replay: bool = False, **context: Any
-) -> None:
+def quality_gate(job: str, warehouse: str, batch_start: str | None = None, kind: str = "batch", **context: Any) -> None:
     """Task callable: report the validation of the job's results table that this DAG run's Spark
-    task ran after its batch (or, with ``replay``, its replay) and left in
+    task ran after its batch (or its ``kind``: ``"replay"``, ``"backfill"``) and left in
     ``<warehouse>/<pipeline>/_gate/`` (``framework.operations.outcome``); fail listing the failed
     critical expectations. No Spark, no Great Expectations here.
 
     The outcome must be this DAG run's (``--run-id``) and, given the run's ``batch_start`` (its
     data interval start), that batch's; then the task's results-asset event (docs/design.md#downstream)
     carries what the batch committed: batch id, seq, rows published, stream time, and the batch id
-    as its partition key.
+    as its partition key. A backfill's announces each interval it covered: an event per interval,
+    its batch id the partition key (``published_batches``).
     """
     pipeline = load_job(job).PIPELINE
-    kind = "replay" if replay else "batch"
     found = outcome.read(warehouse, pipeline.name, kind)
     expected = None if batch_start is None else batch_id(parse_time(batch_start, "batch start"))
     run_id = context.get("run_id")
@@ -137,15 +146,21 @@ def quality_gate(
             "Fix the table before anyone downstream reads it, then clear the Spark task to validate again.",
             found.docs,
         )
-    for asset in context["task"].outlets if expected is not None else ():
-        context["outlet_events"][asset].add_partitions(found.batch_id)
-        context["outlet_events"][asset].extra = {
-            "pipeline": pipeline.name,
-            "batch_id": found.batch_id,
-            "seq": found.seq,
-            "rows_published": found.rows_published,
-            "stream_time": found.stream_time,
-        }
+    for asset in context["task"].outlets:
+        events = context["outlet_events"][asset]
+        if found.batches:  # a backfill: an event per interval, the range's extra shared
+            events.add_partitions(list(found.batches))
+            events.extra = {"pipeline": pipeline.name, "backfill": found.batch_id}
+            events.extra["rows_published"] = found.rows_published
+        elif expected is not None:
+            events.add_partitions(found.batch_id)
+            events.extra = {
+                "pipeline": pipeline.name,
+                "batch_id": found.batch_id,
+                "seq": found.seq,
+                "rows_published": found.rows_published,
+                "stream_time": found.stream_time,
+            }
 
 
 def _timetable(schedule: timedelta | str, timezone: str):
@@ -251,10 +266,10 @@ def _spark_task(
     )
 
 
-def _gate(application: str, warehouse: str, *, replay: bool, outlet: Asset | None = None) -> PythonOperator:
-    """The ``quality_gate`` task: it checks the outcome of a replay (``replay``), else of the
-    batch of the run's interval, and announces ``outlet``, if any."""
-    run = {"replay": True} if replay else {"batch_start": INTERVAL_START}
+def _gate(application: str, warehouse: str, *, kind: str, outlet: Asset | None = None) -> PythonOperator:
+    """The ``quality_gate`` task: it checks the outcome of the run's ``kind`` (``"batch"``: of
+    the batch of the run's interval) and announces ``outlet``, if any."""
+    run = {"batch_start": INTERVAL_START} if kind == "batch" else {"kind": kind}
     return PythonOperator(
         task_id="quality_gate",
         python_callable=quality_gate,
@@ -360,12 +375,19 @@ def pipeline_dag(
         raise TypeError(f"job {job_module!r} declares no SCHEDULE: pass 'schedule'")
     if start_date is None:
         raise TypeError("'start_date' is required: the first interval the pipeline must process")
-    default_args = {
-        "depends_on_past": True,
-        "wait_for_downstream": True,
-        "retries": retries,
-        "retry_delay": retry_delay,
-    }
+    default_args: dict[str, Any] = {"depends_on_past": True, "wait_for_downstream": True}
+    default_args |= {"retries": retries, "retry_delay": retry_delay}
+    arguments = _job_arguments(
+        batch_start=INTERVAL_START,
+        batch_end="{{ data_interval_end.isoformat() }}",
+        warehouse=warehouse,
+        landing=landing,
+        catalog=catalog or None,  # an empty name registers nothing
+        metastore=metastore or None,
+        allow_gap="{{ params.allow_gap }}",
+        run_id=RUN_ID,
+    )
+    spark = _spark_options(conn_id, connect_conn_id, spark_conf, spark_env, spark_binary, packages)
     with DAG(
         dag_id=dag_id or pipeline.name,
         schedule=_timetable(schedule, timezone),
@@ -381,28 +403,8 @@ def pipeline_dag(
         # later interval triggered first): its batch skips the records of the interval between
         params={"allow_gap": False},
     ) as dag:
-        batch = _spark_task(
-            "spark_batch",
-            job,
-            application,
-            _job_arguments(
-                batch_start=INTERVAL_START,
-                batch_end="{{ data_interval_end.isoformat() }}",
-                warehouse=warehouse,
-                landing=landing,
-                catalog=catalog or None,  # an empty name registers nothing
-                metastore=metastore or None,
-                allow_gap="{{ params.allow_gap }}",
-                run_id=RUN_ID,
-            ),
-            connect_conn_id=connect_conn_id,
-            conn_id=conn_id,
-            spark_conf=spark_conf,
-            spark_env=spark_env,
-            spark_binary=spark_binary,
-            packages=packages,
-        )
-        batch >> _gate(application, warehouse, replay=False, outlet=_results_asset(pipeline, warehouse))
+        batch = _spark_task("spark_batch", job, application, arguments, **spark)
+        batch >> _gate(application, warehouse, kind="batch", outlet=_results_asset(pipeline, warehouse))
     return _defined_in(dag, dag_file)
 
 
@@ -434,43 +436,132 @@ def replay_dag(
 
         airflow dags trigger user_alerts_replay --conf '{"start": "2026-01-01T01:00:00+00:00"}'
     """
-    job = load_job(job_module)
-    pipeline, application = job.PIPELINE, _application(job)
-    every = every if every is not None else getattr(job, "SCHEDULE", None)
-    if not isinstance(every, timedelta):
-        raise TypeError(f"job {job_module!r}: a replay needs fixed-length intervals: pass 'every' (a timedelta)")
     params = {
         "start": Param(type="string", minLength=1, description="first replayed interval start, ISO timestamp"),
         "end": Param("", type="string", description="end of the range; empty: the last committed batch"),
     }
-    with DAG(
-        dag_id=dag_id or f"{pipeline.name}_replay",
-        schedule=None,
-        max_active_runs=1,
-        params=params,
-        tags=["finalresults", "replay"],
-        description=f"Replay a committed range of {pipeline.name}",
-        doc_md=replay_dag.__doc__,
-    ) as dag:
-        replay = _spark_task(
-            "spark_replay",
-            job,
-            application,
-            _job_arguments(
-                replay=True,
-                batch_start="{{ params.start }}",
-                batch_end="{{ params.end }}",
-                every=f"{int(every.total_seconds())}s",
-                warehouse=warehouse,
-                landing=landing,
-                run_id=RUN_ID,
-            ),
-            connect_conn_id=connect_conn_id,
-            conn_id=conn_id,
-            spark_conf=spark_conf,
-            spark_env=spark_env,
-            spark_binary=spark_binary,
-            packages=packages,
+    on_demand = _OnDemand("replay", "Replay a committed range of {}", replay_dag.__doc__ or "", params)
+    spark = _spark_options(conn_id, connect_conn_id, spark_conf, spark_env, spark_binary, packages)
+    return on_demand.dag(job_module, every, (warehouse, landing), dag_id, dag_file, spark)
+
+
+def backfill_dag(
+    job_module: str,
+    every: timedelta | None = None,
+    *,
+    warehouse: str,
+    landing: str,
+    dag_id: str | None = None,
+    catalog: str | None = None,
+    metastore: str | None = None,
+    dag_file: str | None = None,
+    **spark: Any,
+) -> DAG:
+    """A manually triggered DAG catching ``job_module``'s pipeline up over a range in one run:
+    ``spark_backfill`` (spark-submit of the job with ``--backfill``: the range in chunks, each
+    interval recorded as its own batch, docs/design.md#chunks) then ``quality_gate``, whose
+    results-asset events name each interval (its batch id the partition key), as the pipeline
+    DAG's runs would have one by one.
+
+    Trigger it with params ``start`` (the first interval's start, ISO), ``end`` (the last
+    interval's end) and optionally ``chunk_records`` (records a chunk holds at most; empty: the
+    default). Intervals are ``every`` long (default: the job's ``SCHEDULE``), as the pipeline's
+    DAG runs them; intervals committed already report so, and the range resumes after them. Its
+    task log has a line per interval and a progress line per chunk. The pipeline DAG's runs of
+    the intervals it covered then find them committed (docs/operations.md#backfill). The other
+    arguments, ``spark``'s (``conn_id``, ``connect_conn_id``, ``spark_conf``, ``spark_env``,
+    ``spark_binary``, ``packages``) included, are ``pipeline_dag``'s.
+
+    Example::
+
+        airflow dags trigger user_alerts_backfill \\
+            --conf '{"start": "2026-01-01T00:00:00+00:00", "end": "2026-02-01T00:00:00+00:00"}'
+    """
+    params = {
+        "start": Param(type="string", minLength=1, description="first interval start, ISO timestamp"),
+        "end": Param(type="string", minLength=1, description="last interval end, ISO timestamp"),
+        "chunk_records": Param("", type="string", description="records a chunk holds at most; empty: the default"),
+    }
+    on_demand = _OnDemand("backfill", "Catch up a range of {} in one run", backfill_dag.__doc__ or "", params)
+    tables = {"catalog": catalog or None, "metastore": metastore or None}  # an empty name registers nothing
+    return on_demand.dag(job_module, every, (warehouse, landing), dag_id, dag_file, _spark_options(**spark), tables)
+
+
+@dataclass(frozen=True)
+class _OnDemand:
+    """A manually triggered DAG running one ``kind`` of job run over a range of intervals
+    (``replay``, ``backfill``): ``spark_<kind> >> quality_gate``, with ``params`` start and end."""
+
+    kind: str
+    description: str  # with {} for the pipeline's name
+    doc: str
+    params: dict[str, Param]
+
+    def dag(
+        self,
+        job_module: str,
+        every: timedelta | None,
+        paths: tuple[str, str],
+        dag_id: str | None,
+        dag_file: str | None,
+        submit: dict[str, Any],
+        options: dict[str, str | None] | None = None,
+    ) -> DAG:
+        """The DAG for ``job_module`` (the factories' arguments): ``paths`` are the warehouse and
+        the landing folder, ``submit`` how its Spark task runs (``_spark_options``), ``options``
+        more of the job's flags. A backfill's gate announces the results asset; a replay's does
+        not (its pipeline DAG's next run does)."""
+        warehouse, landing = paths
+        job = load_job(job_module)
+        pipeline, application = job.PIPELINE, _application(job)
+        every = every if every is not None else getattr(job, "SCHEDULE", None)
+        if not isinstance(every, timedelta):
+            raise TypeError(
+                f"job {job_module!r}: a {self.kind} needs fixed-length intervals: pass 'every' (a timedelta)"
+            )
+        options = dict(options or {})
+        if "chunk_records" in self.params:  # a job takes an empty value for the default
+            options["chunk_records"] = "{{ params.chunk_records }}"
+        arguments = _job_arguments(
+            **{self.kind: True},
+            batch_start="{{ params.start }}",
+            batch_end="{{ params.end }}",
+            every=f"{int(every.total_seconds())}s",
+            warehouse=warehouse,
+            landing=landing,
+            run_id=RUN_ID,
+            **options,
         )
-        replay >> _gate(application, warehouse, replay=True)
-    return _defined_in(dag, dag_file)
+        with DAG(
+            dag_id=dag_id or f"{pipeline.name}_{self.kind}",
+            schedule=None,
+            max_active_runs=1,
+            params=self.params,
+            tags=["finalresults", self.kind],
+            description=self.description.format(pipeline.name),
+            doc_md=self.doc,
+        ) as dag:
+            run = _spark_task(f"spark_{self.kind}", job, application, arguments, **submit)
+            asset = _results_asset(pipeline, warehouse) if self.kind == "backfill" else None
+            run >> _gate(application, warehouse, kind=self.kind, outlet=asset)
+        return _defined_in(dag, dag_file)
+
+
+def _spark_options(
+    conn_id: str = "spark_default",
+    connect_conn_id: str | None = None,
+    spark_conf: dict[str, str] | None = None,
+    spark_env: dict[str, str] | None = None,
+    spark_binary: str | None = None,
+    packages: str | None = DELTA_PACKAGE,
+) -> dict[str, Any]:
+    """How a DAG's Spark task runs (``_spark_task``), with ``pipeline_dag``'s defaults; an
+    unknown name is a TypeError here, when the DAG is defined."""
+    return {
+        "conn_id": conn_id,
+        "connect_conn_id": connect_conn_id,
+        "spark_conf": spark_conf,
+        "spark_env": spark_env,
+        "spark_binary": spark_binary,
+        "packages": packages,
+    }

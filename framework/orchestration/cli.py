@@ -198,25 +198,25 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     )
     _check_paths(args, job)
     spark = _spark(args, job.PIPELINE.name)
-    progress = _Progress(f"backfill {job.PIPELINE.name}")
     with _leaving_status(spark, args.warehouse, job.PIPELINE.name) as committed:
-        results = _backfill(spark, job, todo, args, progress, committed)
-    ran = [r for r in results if r.status == "committed"]
-    print(
-        f"backfill {job.PIPELINE.name}: {len(results)} interval(s) in {_duration(time.monotonic() - progress.started)}"
-        f": {len(ran)} committed, {len(results) - len(ran)} already committed; "
-        f"records in {sum(r.metrics.get('records_in') or 0 for r in ran):,}, "
-        f"rows published {sum(r.emitted for r in ran):,}"
-    )
+        _backfill(spark, job.PIPELINE, job.LANDING, todo, args, committed, args.job)
     return 0
 
 
 def _backfill(
-    spark: SparkSession, job: ModuleType, todo: list, args: argparse.Namespace, progress: _Progress, committed: list
-):
+    spark: SparkSession,
+    pipeline: Pipeline,
+    table: str,
+    todo: list,
+    args: argparse.Namespace,
+    committed: list,
+    job: str,
+) -> list[BatchResult]:
     """The batches of the intervals ``todo`` in order, in chunks (``backfill_intervals``): a line
-    per interval, a progress line per chunk; a failure says where it stopped."""
+    per interval and a summary on stdout, a progress line per chunk on stderr; a failure says
+    where it stopped."""
     results: list[BatchResult] = []
+    progress = _Progress(f"backfill {pipeline.name}")
 
     def ran(done: list[BatchResult], how: str) -> None:
         for result in done:
@@ -228,16 +228,7 @@ def _backfill(
 
     try:
         backfill_intervals(
-            spark,
-            job.PIPELINE,
-            job.LANDING,
-            todo,
-            args.warehouse,
-            args.landing,
-            args.catalog,
-            args.chunk_records,
-            ran,
-            job=args.job,
+            spark, pipeline, table, todo, args.warehouse, args.landing, args.catalog, args.chunk_records, ran, job=job
         )
     except FrameworkError as e:  # the same error, its message saying where the backfill stopped
         stopped = batch_id(todo[len(results)][0]) if len(results) < len(todo) else "its end"
@@ -246,6 +237,13 @@ def _backfill(
             "and are skipped when the backfill is run again)",
         )
         raise
+    worked = [r for r in results if r.status == "committed"]
+    print(
+        f"backfill {pipeline.name}: {len(results)} interval(s) in {_duration(time.monotonic() - progress.started)}"
+        f": {len(worked)} committed, {len(results) - len(worked)} already committed; "
+        f"records in {sum(r.metrics.get('records_in') or 0 for r in worked):,}, "
+        f"rows published {sum(r.emitted for r in worked):,}"
+    )
     return results
 
 
@@ -469,6 +467,17 @@ def _every(p: argparse.ArgumentParser) -> None:
     p.add_argument("--every", help="interval length, e.g. 1h or 15m (default: the job's SCHEDULE)")
 
 
+def _chunk_records(p: argparse.ArgumentParser, empty: bool = False) -> None:
+    """``--chunk-records``; ``empty``: an empty value means the default (a DAG's template of an unset param)."""
+    p.add_argument(
+        "--chunk-records",
+        type=(lambda text: _positive(text) if text.strip() else None) if empty else _positive,
+        metavar="N",
+        help="records a chunk of intervals holds at most: each chunk is one Spark batch and one commit, "
+        "every interval still recorded as its own batch (default: 2,000,000; 1: one batch per interval)",
+    )
+
+
 def _command(commands, name: str, handler, text: str, job: bool = True, spark: bool = True, data: bool = False):
     """The sub-parser of one command: its job, its paths and, if it starts Spark, its flags."""
     p = commands.add_parser(name, help=text, description=text, allow_abbrev=False, formatter_class=_Formatter)
@@ -497,13 +506,7 @@ def _batch_commands(commands) -> None:
     _interval(backfill, "first interval start, ISO timestamp", "last interval end, ISO timestamp", end_required=True)
     _batches(backfill)
     _every(backfill)
-    backfill.add_argument(
-        "--chunk-records",
-        type=_positive,
-        metavar="N",
-        help="records a chunk of intervals holds at most: each chunk is one Spark batch and one commit, "
-        "every interval still recorded as its own batch (default: 2,000,000; 1: one batch per interval)",
-    )
+    _chunk_records(backfill)
     replay = _command(
         commands,
         "replay",
@@ -564,12 +567,15 @@ def parser() -> argparse.ArgumentParser:
 
 def job_parser(prog: str) -> argparse.ArgumentParser:
     """A job's own command line (``spark-submit jobs/<name>.py``, what a DAG submits): ``run``'s
-    flags for the job itself, with ``--replay`` for ``replay``'s and ``--run-id`` for the gate."""
+    flags for the job itself, with ``--replay`` for ``replay``'s, ``--backfill`` for
+    ``backfill``'s and ``--run-id`` for the gate."""
     p = argparse.ArgumentParser(
         prog=prog,
         description="Run one batch of this pipeline: the landing records that arrived in [--from, --to). "
         "With --replay, replay the committed batches of the --every-long intervals from --from to --to "
-        "(default: through the last committed batch). Then validate the results table for the quality gate.",
+        "(default: through the last committed batch). With --backfill, run the --every-long intervals from "
+        "--from to --to in chunks, each recorded as its own batch. Then validate the results table for the "
+        "quality gate.",
         allow_abbrev=False,
         formatter_class=_Formatter,
     )
@@ -579,7 +585,9 @@ def job_parser(prog: str) -> argparse.ArgumentParser:
     )
     _batches(p, gap=True)
     p.add_argument("--replay", action="store_true", help="replay a committed range (framework.replay)")
-    p.add_argument("--every", help="with --replay: the interval length, e.g. 1h")
+    p.add_argument("--backfill", action="store_true", help="run a range of intervals in chunks (as 'backfill')")
+    p.add_argument("--every", help="with --replay or --backfill: the interval length, e.g. 1h")
+    _chunk_records(p, empty=True)
     p.add_argument("--run-id", help="the Airflow run whose quality gate reads this run's validation outcome")
     return p
 
@@ -644,7 +652,7 @@ def job_main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> i
         from ..operations.validation import after_run
         from ..storage.session import spark_session
 
-        ran: BatchResult | ReplayResult
+        ran: BatchResult | ReplayResult | list[BatchResult]
         if args.replay:
             every = parse_duration(args.every or "")
             start_importing_quality()  # the replayed batches' audits and the table's validation need it
@@ -653,6 +661,11 @@ def job_main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> i
             print(replay_summary(ran, start))
         elif end is None:
             raise JobError(f"{args.end_flag} is required (unless --replay)")
+        elif args.backfill:
+            todo = intervals(start, end, parse_duration(args.every or ""))
+            start_importing_quality()  # the batches' audits and the table's validation need it
+            spark = spark_session(f"finalresults-{pipeline.name}-backfill", metastore=args.metastore)
+            ran = _backfill(spark, pipeline, table, todo, args, [], sys.argv[0])
         else:
             check_interval(pipeline, start, end)
             start_importing_quality()  # the batch's audit and the table's validation need it

@@ -30,7 +30,8 @@ def dagbag():
 
 def test_dag_file_has_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert set(dagbag.dag_ids) == PIPELINES | {f"{p}_replay" for p in PIPELINES} | {"user_alert_notifications"}
+    on_demand = {f"{p}_{kind}" for p in PIPELINES for kind in ("replay", "backfill")}
+    assert set(dagbag.dag_ids) == PIPELINES | on_demand | {"user_alert_notifications"}
 
 
 def test_parsing_the_dag_file_imports_no_spark():
@@ -143,7 +144,7 @@ def test_a_replay_dag_submits_the_job_with_its_params_then_gates(dagbag):
     ]
     assert replay.application_args[7::2] == ["--warehouse", "--landing", "--run-id"]  # no catalog, no gap
     assert replay.application_args[-2:] == ["--run-id", "{{ run_id }}"]
-    assert dag.get_task("quality_gate").op_kwargs["replay"] is True
+    assert dag.get_task("quality_gate").op_kwargs["kind"] == "replay"
 
 
 def test_a_catalog_schema_is_passed_to_the_job_and_the_dag_can_end():
@@ -291,12 +292,43 @@ def test_a_replay_gate_reads_the_replay_outcome_and_emits_no_asset_event(tmp_pat
     where.write_text(Outcome("replay", "user_alerts", "a..b", 3, 0, None, False, run_id="manual-1").to_json())
     asset, context = _gate_context()
     with pytest.raises(FrameworkError, match="replay 'a..b' of run 'manual-1'"):  # an earlier replay's
-        quality_gate(job, warehouse, replay=True, **context)
-    quality_gate(job, warehouse, replay=True, **{**context, "run_id": "manual-1"})
+        quality_gate(job, warehouse, kind="replay", **context)
+    quality_gate(job, warehouse, kind="replay", **{**context, "run_id": "manual-1"})
     assert not context["outlet_events"][asset].extra
     where.write_text("{not json")
     with pytest.raises(FrameworkError, match="cannot read the quality-gate outcome"):
-        quality_gate(job, warehouse, replay=True, **context)
+        quality_gate(job, warehouse, kind="replay", **context)
+
+
+def test_a_backfill_gate_announces_each_interval_and_downstream_reads_them_in_order(tmp_path):
+    """A backfill's outcome names the intervals it covered: the gate emits an asset event per
+    interval, its batch id the partition key, and ``published_batches`` reads each as a batch."""
+    from types import SimpleNamespace
+
+    from framework.operations.outcome import Outcome, location
+    from framework.orchestration.airflow import backfill_dag, published_batches, quality_gate
+
+    job, warehouse = str(ROOT / "jobs" / "user_alerts.py"), str(tmp_path / "lake")
+    where = Path(location(warehouse, "user_alerts", "backfill"))
+    where.parent.mkdir(parents=True)
+    hours = [f"2026-01-01T0{h}:00:00" for h in range(3)]
+    ran = Outcome("backfill", "user_alerts", f"{hours[0]}..{hours[-1]}", 3, 7, None, True, run_id="run-2")
+    where.write_text(Outcome(**{**ran.__dict__, "batches": tuple(hours)}).to_json())
+    asset, context = _gate_context()
+    quality_gate(job, warehouse, kind="backfill", **context)
+    events = context["outlet_events"][asset]
+    assert events.partition_keys == set(hours)
+    assert events.extra == {"pipeline": "user_alerts", "backfill": f"{hours[0]}..{hours[-1]}", "rows_published": 7}
+    received = [SimpleNamespace(extra=events.extra, partition_key=key) for key in sorted(hours, reverse=True)]
+    read = published_batches({"triggering_asset_events": {asset: received}}, asset)
+    assert [b["batch_id"] for b in read] == hours
+
+    dag = backfill_dag(job, warehouse=warehouse, landing=str(tmp_path / "landing"), dag_file=__file__)
+    run = dag.get_task("spark_backfill")
+    assert run.downstream_task_ids == {"quality_gate"} and set(dag.params) == {"start", "end", "chunk_records"}
+    assert run.application_args[:2] == ["--backfill", "--batch-start"]
+    assert "--chunk-records" in run.application_args and "--every" in run.application_args
+    assert dag.get_task("quality_gate").outlets and dag.schedule is None
 
 
 def test_delta_s_jars_are_passed_as_the_files_ivy_resolved_while_they_are_all_there(tmp_path, monkeypatch):
