@@ -21,7 +21,7 @@ For each: wall seconds, Spark jobs, Delta commits. The chunked tables are cross-
 row against the per-interval ones over the measured intervals (results, ``emitted_batch_id`` and
 ``emitted_stream_time`` included, late records, each ledger row and its metrics but the
 duration). Workloads: ``tumbling`` (1 h windows, 10 min grace; runs in chunks) and ``sessions``
-(30 min gap; runs one batch per interval under ``run_range``, which says why). Writes
+(30 min gap; runs in chunks too). Writes
 ``bench/results/backfill-<workload>.json`` and ``.md``. No timing is asserted anywhere.
 """
 

@@ -36,6 +36,7 @@ from framework import (
     Range,
     ReplayError,
     Runtime,
+    SessionWindows,
     Suppressed,
     TimeWindows,
 )
@@ -47,6 +48,7 @@ T0 = dt.datetime(2026, 1, 1)
 WINDOWS = {
     "tumbling": (lambda g: TimeWindows.of_size_and_grace(10, g), lambda g: ref.Tumbling(10, g)),
     "hopping": (lambda g: TimeWindows.of_size_and_grace(10, g).advance_by(5), lambda g: ref.Tumbling(10, g, 5)),
+    "session": (lambda g: SessionWindows.of_inactivity_gap_and_grace(4, g), lambda g: ref.Session(4, g)),
 }
 LEDGER = ("seq", "batch_id", "status", "fingerprint", "records_in", "stream_time_before", "stream_time")
 LEDGER += ("windows_open", "interval_start", "interval_end", "input_schema", "late_schema")
@@ -182,6 +184,8 @@ def _property(kind, lateness, **options):
 test_tumbling_record = _property("tumbling", "record")
 test_hopping_record = _property("hopping", "record")
 test_hopping_batch_with_steps_and_rejects = _property("hopping", "batch", keyless=2, steps=True)
+test_session_record = _property("session", "record")
+test_session_batch_with_steps_and_rejects = _property("session", "batch", keyless=2, steps=True)
 
 
 # ---- exactly once, chunk by chunk ---------------------------------------------------------------

@@ -17,6 +17,7 @@ from ..definition.columns import (
     BUCKET,
     CLOSE,
     GONE,
+    INTERVAL,
     MAX_TS,
     POS,
     RECORD,
@@ -144,6 +145,10 @@ class Effect:
     opened: DataFrame | None = None  # the windows (or keys) the batch added to state (all but sliding windows)
     replaced: DataFrame | None = None  # sessions: the stored windows a merge or an extension took out of state
     updates: DataFrame | None = None  # when ``wants_updates``: each update (the shape below)
+    # sessions in a chunk of a range: each session after the batch, with the span of each member it
+    # holds (a record: its event time; a stored session: its bounds) and the member's ``INTERVAL``
+    # (-1: stored before the chunk), from which ``session.open_per_interval`` counts open sessions
+    members: DataFrame | None = None
 
 
 # ---- the updates a suppression buffer takes ----------------------------------------------------
@@ -244,7 +249,8 @@ def partial_updates(b: Batch, held: DataFrame, touched: DataFrame) -> DataFrame:
 def late_rows(b: Batch, records: DataFrame) -> DataFrame:
     """Late ``records`` as a plan gives them (``Effect.late``): keys, ``TS``, ``STREAM_BEFORE``
     and the record as given, as JSON (``RECORD``)."""
-    return records.select(*b.pipeline.keys, TS, STREAM_BEFORE, record_json(b.input_columns).alias(RECORD))
+    carried = [INTERVAL] if INTERVAL in records.columns else []  # a chunk's: the interval of each
+    return records.select(*b.pipeline.keys, TS, STREAM_BEFORE, record_json(b.input_columns).alias(RECORD), *carried)
 
 
 def record_json(columns: tuple[str, ...]) -> Column:

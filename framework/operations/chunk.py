@@ -26,10 +26,11 @@ from pyspark.sql import functions as F
 
 from ..definition.columns import INTERVAL, LATE_BUCKET, REJECTED_BUCKET, STREAM_BEFORE, TS
 from ..definition.pipeline import Pipeline
-from ..definition.windows import TimeWindows
+from ..definition.windows import SessionWindows, TimeWindows
 from ..errors import ConcurrentBatchError, FrameworkError, InputError, QualityGateError
 from ..execution import plans
 from ..execution.batch import Batch, Effect, strict
+from ..execution.plans.session import open_per_interval
 from ..execution.sources import BatchInput, CheckedInput, check_input, fingerprint, record_checks, rejected_records
 from ..execution.streamtime import (
     NO_TIME,
@@ -85,14 +86,14 @@ def chunk_refusal(p: Pipeline) -> str | None:
     """Why a range of ``p`` runs interval by interval; None when it runs in chunks.
 
     A chunk attributes each closed window to the interval whose stream time closed it and
-    counts each interval's windows opened and closed: that is exact for time windows with final
-    results. Sessions and sliding windows merge and create windows record by record (an
-    interval's open-window count needs the fold's state after each interval), a rate-limited
-    buffer emits at times its own order decides, an updated sink's row per interval is the
-    window's value after that interval, and a strict bounded buffer is measured after every
-    record: those still run one batch per interval."""
-    if not isinstance(p.windows, TimeWindows):
-        return "a chunk counts time windows only; sessions, sliding windows and plain tables run per interval"
+    counts each interval's open windows: that is exact for time windows and sessions with final
+    results (sessions from the members of each, ``session.open_per_interval``). Sliding windows
+    create windows record by record (an interval's open-window count needs the fold's state
+    after each interval), a rate-limited buffer emits at times its own order decides, an
+    updated sink's row per interval is the window's value after that interval, and a strict
+    bounded buffer is measured after every record: those still run one batch per interval."""
+    if not isinstance(p.windows, (TimeWindows, SessionWindows)):
+        return "a chunk counts time windows and sessions only; sliding windows and plain tables run per interval"
     if not p.emission.final:
         return "a chunk publishes final results only; rate-limited and updated sinks run per interval"
     if strict(p):
@@ -253,7 +254,7 @@ class ChunkAttempt(BatchAttempt):
         (``"batch"``); each closed window goes to the interval whose stream time after it first
         reached the window's close time. Counted per interval in one query."""
         s, p, w = self.s, self.p, self.p.windows
-        assert isinstance(w, TimeWindows) and self.seen is not None  # chunk_refusal; read in step 1
+        assert isinstance(w, (TimeWindows, SessionWindows)) and self.seen is not None  # chunk_refusal; step 1
         stb = self.last.stream_time if self.last else None
         befores = [NO_TIME if b is None else b for b, _ in times]
         afters = [NO_TIME if a is None else a for _, a in times]
@@ -276,7 +277,7 @@ class ChunkAttempt(BatchAttempt):
         effect = dataclasses.replace(effect, results=results, closed=results)
         ids = [iv.batch_id for iv in self.intervals]
         rows_out = sinks.shape(p, results, pick(F.col(INTERVAL), ids), pick(F.col(INTERVAL), afters))
-        per_interval = self._counted(effect, rows_out, each, times)
+        per_interval = self._counted(effect, rows_out, each, times, afters)
         planned = Plan(
             effect=effect,
             input=inp,
@@ -291,31 +292,51 @@ class ChunkAttempt(BatchAttempt):
         return planned, per_interval, rows_out
 
     def _counted(
-        self, effect: Effect, rows_out: DataFrame, each: list[BatchInput], times: list[tuple[int | None, int | None]]
+        self,
+        effect: Effect,
+        rows_out: DataFrame,
+        each: list[BatchInput],
+        times: list[tuple[int | None, int | None]],
+        afters: list[int],
     ) -> list[Counted]:
         """What each interval did, by number, from the chunk's effect (its results attributed to
-        the intervals that closed them) and sink rows: in one query."""
-        n = len(self.intervals)
-        assert effect.opened is not None  # time windows count the windows they open
+        the intervals that closed them) and sink rows: in one query. The windows open after each
+        interval: time windows from those each interval opened and closed; sessions, which merge,
+        from the members of each session (``session.open_per_interval``)."""
+        n, frames = len(self.intervals), {}
+        if effect.members is not None:
+            w = self.p.windows
+            assert isinstance(w, SessionWindows)  # only sessions have members
+            closing = first_reaching(w.close(F.col("window_end")), afters)
+            sessions = open_per_interval(effect.members, list(self.p.keys), w, closing, n)
+            frames["grown"] = _per_interval(sessions, {"n": F.sum("n")})
+            frames["held"] = effect.members.filter(F.col(INTERVAL) < 0).agg(F.count(F.lit(1)).alias("n"))
+        else:
+            assert effect.opened is not None  # time windows count the windows they open
+            frames["opened"] = _per_interval(effect.opened, {"n": F.count(F.lit(1))})
         tally = tallied(
             {
                 "closed": _per_interval(effect.results, {"n": F.count(F.lit(1))}),
                 "emitted": _per_interval(rows_out, {"n": F.count(F.lit(1))}),
-                "opened": _per_interval(effect.opened, {"n": F.count(F.lit(1))}),
                 "counters": _per_interval(effect.counted, effect.counters),
                 "open": effect.open_windows.agg(F.count(F.lit(1)).alias("n")),
+                **frames,
             }
         )
-        closed, emitted, opened = (_by_interval(tally[name], n, "n", 0) for name in ("closed", "emitted", "opened"))
+        closed, emitted = (_by_interval(tally[name], n, "n", 0) for name in ("closed", "emitted"))
         by_name = {name: _by_interval(tally["counters"], n, name, None) for name in effect.counters}
         counters = [{name: values[k] for name, values in by_name.items()} for k in range(n)]
-        open_after = tally["open"]["n"]
+        if "grown" in tally:  # sessions: how many the chunk's sessions were after each interval, and before it
+            grown = [tally["held"]["n"], *_by_interval(tally["grown"], n, "n", 0)]
+            change = [after - before for before, after in zip(grown, grown[1:])]
+        else:
+            change = [o - c for o, c in zip(_by_interval(tally["opened"], n, "n", 0), closed)]
         open_before = self.last.windows_open if self.last and self.last.windows_open is not None else None
         if open_before is None:  # no count recorded (no batch yet, or an old ledger): from the count after
-            open_before = open_after - sum(opened) + sum(closed)
+            open_before = tally["open"]["n"] - sum(change)
         per_interval, open_now = [], open_before
         for k, (one, (_, after)) in enumerate(zip(each, times)):
-            open_now += opened[k] - closed[k]
+            open_now += change[k]
             per_interval.append(
                 Counted(
                     counts=counters[k],

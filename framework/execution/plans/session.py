@@ -17,6 +17,7 @@ from ...definition.columns import (
     BUCKET,
     CLOSE,
     GONE,
+    INTERVAL,
     MAX_TS,
     POS,
     STEP,
@@ -34,7 +35,6 @@ def plan(b: Batch, w: SessionWindows) -> Effect:
     p = b.pipeline
     keys, ident = list(p.keys), p.identity
     stored = b.open_state(b.record_windows(w, b.records))
-    state_cols = stored.columns
     touched_keys = b.records.select(*keys).distinct()
     old = b.keep_stored(stored.join(touched_keys, keys, "left_semi"))  # read by the fold, the merge, the gone sessions
     held = old.select(
@@ -63,7 +63,7 @@ def plan(b: Batch, w: SessionWindows) -> Effect:
         .withColumnRenamed("_end", "window_end")
         .withColumn(CLOSE, w.close(F.col("window_end")))
     )
-    merged = b.keep(merged.withColumn(BUCKET, b.bucket()).select(*state_cols))
+    merged = b.keep(merged.withColumn(BUCKET, b.bucket()).select(*stored.columns))
     gone = old.join(merged.select(*ident), ident, "left_anti")  # merged away, or extended
     closing = stored.filter(F.col(CLOSE) <= b.time_after).join(touched_keys, keys, "left_anti")
     changes = b.keep(  # read by the results, the closed and open windows and the state's MERGE
@@ -92,7 +92,63 @@ def plan(b: Batch, w: SessionWindows) -> Effect:
         opened=merged.select(*ident).join(old.select(*ident), ident, "left_anti"),
         replaced=gone.select(*ident),
         updates=_updates(b, folded, recs, old) if forwards else None,
+        members=_members(assigned, recs, old, closing, keys) if INTERVAL in recs.columns else None,
     )
+
+
+def _members(assigned: DataFrame, recs: DataFrame, old: DataFrame, closing: DataFrame, keys: list[str]) -> DataFrame:
+    """Each session a chunk touched or closed, and the span and ``INTERVAL`` of each member it
+    holds: its records (their event time) and the stored sessions it took in (their bounds,
+    interval -1); a stored session the chunk closed untouched is its own member."""
+    bounds = [F.col("_start").alias("window_start"), F.col("_end").alias("window_end")]
+    stored = [F.col("window_start").alias("_a"), F.col("window_end").alias("_b"), F.lit(-1).alias(INTERVAL)]
+    records = recs.join(assigned.filter(f"_member = {fold.RECORD}"), [*keys, "_id"]).select(
+        *keys, *bounds, F.col(TS).alias("_a"), F.col(TS).alias("_b"), F.col(INTERVAL).cast("int").alias(INTERVAL)
+    )
+    held = (
+        old.withColumn("_id", F.col("window_start"))
+        .join(assigned.filter(f"_member = {fold.HELD}"), [*keys, "_id"])
+        .select(*keys, *bounds, *stored)
+    )
+    alone = closing.select(*keys, "window_start", "window_end", *stored)
+    return records.unionByName(held).unionByName(alone)
+
+
+def open_per_interval(members: DataFrame, keys: list[str], w: SessionWindows, closing: Column, n: int) -> DataFrame:
+    """How many sessions of ``members`` (``Effect.members``) were open after each interval
+    ``0..n-1`` of a chunk: rows (``INTERVAL``, ``n``), summed over the sessions. ``closing`` is
+    the interval whose stream time closes a session (``n``: none in the chunk). Before the
+    chunk, the sessions open were its members of interval -1, each a session of its own.
+
+    A session of the chunk grew from its members: after interval k, those that had arrived by
+    then form as many sessions as their spans, sorted, leave gaps wider than the inactivity gap
+    (the fold joins a record to every open session within the gap). None of those is closed
+    before the whole session is: a record that joins a closed session is late (its merged end is
+    under the close time), so it is not a member. The stored sessions the chunk neither touched
+    nor closed are open throughout: the count before the chunk holds them, as after each interval."""
+    gap = w.gap_ms
+
+    def counts(pdf):
+        import pandas as pd
+
+        members = sorted(zip(pdf["_a"], pdf["_b"], pdf[INTERVAL]))
+        end = int(pdf["_closing"].iloc[0])
+        first = min(int(i) for _, _, i in members)
+        rows = []
+        for k in range(max(first, 0), min(end, n)):
+            spans, reach = 0, None
+            for a, b, i in members:
+                if i > k:
+                    continue
+                if reach is None or a - reach > gap:
+                    spans += 1
+                reach = b if reach is None else max(reach, b)
+            rows.append((k, spans))
+        return pd.DataFrame(rows, columns=[INTERVAL, "n"]).astype({INTERVAL: "int32", "n": "int64"})
+
+    sessions = members.withColumn("_closing", closing)
+    per_session = sessions.groupBy(*keys, "window_start", "window_end").applyInPandas(counts, f"{INTERVAL} int, n long")
+    return per_session.groupBy(INTERVAL).agg(F.sum("n").alias("n"))
 
 
 def _results(b: Batch, changes: DataFrame, touched: DataFrame) -> DataFrame:
