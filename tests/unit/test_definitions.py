@@ -72,3 +72,30 @@ def test_each_suppression_gives_one_kind_of_results_table():
     }
     assert [e.pick("closed", "changed") for e in (final, log, base.emission)] == ["closed", "changed", "changed"]
     assert "--> Sink out (append, final results)" in closes.describe()
+
+
+def test_a_chunk_counts_the_sessions_its_members_form_as_the_fold_joins_them():
+    """After each interval of a chunk, the members that arrived form as many sessions as their
+    sorted spans leave gaps wider than the inactivity gap, whatever order they arrived in:
+    ``_Spans`` joins each new span to every span within the gap, as the fold does."""
+    import random
+
+    from framework.execution.plans.session import _Spans
+
+    def sessions(spans, gap):
+        count, reach = 0, None
+        for a, b in sorted(spans):
+            count += reach is None or a - reach > gap
+            reach = b if reach is None else max(reach, b)
+        return count
+
+    rng = random.Random(7)
+    for _ in range(500):
+        gap, added = rng.randint(0, 5), []
+        spans = _Spans(gap)
+        for _ in range(rng.randint(1, 12)):
+            a = rng.randint(0, 40)
+            b = a + rng.choice([0, 0, rng.randint(0, 6)])
+            spans.add(a, b)
+            added.append((a, b))
+            assert spans.count == sessions(added, gap), (gap, added)

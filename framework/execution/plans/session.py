@@ -7,6 +7,7 @@ ones it replaced are deleted from state (``GONE``)."""
 
 from __future__ import annotations
 
+import bisect
 from functools import partial
 
 from pyspark.sql import Column, DataFrame
@@ -115,40 +116,64 @@ def _members(assigned: DataFrame, recs: DataFrame, old: DataFrame, closing: Data
 
 
 def open_per_interval(members: DataFrame, keys: list[str], w: SessionWindows, closing: Column, n: int) -> DataFrame:
-    """How many sessions of ``members`` (``Effect.members``) were open after each interval
-    ``0..n-1`` of a chunk: rows (``INTERVAL``, ``n``), summed over the sessions. ``closing`` is
-    the interval whose stream time closes a session (``n``: none in the chunk). Before the
-    chunk, the sessions open were its members of interval -1, each a session of its own.
+    """How the number of open sessions changed in each interval ``0..n-1`` of a chunk, from the
+    sessions of ``members`` (``Effect.members``): rows (``INTERVAL``, ``n``), summed over the
+    sessions. ``closing`` is the interval whose stream time closes a session (``n``: none in the
+    chunk). Before the chunk, each member of interval -1 was an open session of its own.
 
     A session of the chunk grew from its members: after interval k, those that had arrived by
     then form as many sessions as their spans, sorted, leave gaps wider than the inactivity gap
     (the fold joins a record to every open session within the gap). None of those is closed
     before the whole session is: a record that joins a closed session is late (its merged end is
     under the close time), so it is not a member. The stored sessions the chunk neither touched
-    nor closed are open throughout: the count before the chunk holds them, as after each interval."""
+    nor closed are open throughout, before the chunk and after each interval."""
     gap = w.gap_ms
 
-    def counts(pdf):
+    def changes(pdf):
         import pandas as pd
 
-        members = sorted(zip(pdf["_a"], pdf["_b"], pdf[INTERVAL]))
         end = int(pdf["_closing"].iloc[0])
-        first = min(int(i) for _, _, i in members)
-        rows = []
-        for k in range(max(first, 0), min(end, n)):
-            spans, reach = 0, None
-            for a, b, i in members:
-                if i > k:
-                    continue
-                if reach is None or a - reach > gap:
-                    spans += 1
-                reach = b if reach is None else max(reach, b)
-            rows.append((k, spans))
+        spans = _Spans(gap)
+        for a, b in zip(pdf["_a"][pdf[INTERVAL] < 0], pdf["_b"][pdf[INTERVAL] < 0]):
+            spans.add(int(a), int(b))
+        rows, before = [], spans.count
+        arrived = pdf[pdf[INTERVAL] >= 0].sort_values(INTERVAL)
+        for k, group in arrived.groupby(INTERVAL, sort=True):
+            if k >= end:
+                break
+            for a, b in zip(group["_a"], group["_b"]):
+                spans.add(int(a), int(b))
+            rows.append((int(k), spans.count - before))
+            before = spans.count
+        if end < n:
+            rows.append((end, -before))
         return pd.DataFrame(rows, columns=[INTERVAL, "n"]).astype({INTERVAL: "int32", "n": "int64"})
 
-    sessions = members.withColumn("_closing", closing)
-    per_session = sessions.groupBy(*keys, "window_start", "window_end").applyInPandas(counts, f"{INTERVAL} int, n long")
-    return per_session.groupBy(INTERVAL).agg(F.sum("n").alias("n"))
+    sessions = members.withColumn("_closing", closing).groupBy(*keys, "window_start", "window_end")
+    return sessions.applyInPandas(changes, f"{INTERVAL} int, n long").groupBy(INTERVAL).agg(F.sum("n").alias("n"))
+
+
+class _Spans:
+    """Disjoint spans more than ``gap`` apart, sorted, as the fold would have joined the spans
+    added so far: ``add`` joins a span to every span within ``gap`` of it."""
+
+    def __init__(self, gap: int):
+        self.gap = gap
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    @property
+    def count(self) -> int:
+        return len(self.starts)
+
+    def add(self, a: int, b: int) -> None:
+        hi = bisect.bisect_right(self.starts, b + self.gap)  # spans starting near enough before b
+        lo = hi
+        while lo > 0 and self.ends[lo - 1] >= a - self.gap:  # ... and ending near enough after a
+            lo -= 1
+        if lo < hi:
+            a, b = min(a, self.starts[lo]), max(b, max(self.ends[lo:hi]))
+        self.starts[lo:hi], self.ends[lo:hi] = [a], [b]
 
 
 def _results(b: Batch, changes: DataFrame, touched: DataFrame) -> DataFrame:
