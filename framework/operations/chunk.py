@@ -308,8 +308,8 @@ class ChunkAttempt(BatchAttempt):
             w = self.p.windows
             assert isinstance(w, SessionWindows)  # only sessions have members
             closing = first_reaching(w.close(F.col("window_end")), afters)
-            sessions = open_per_interval(effect.members, list(self.p.keys), w, closing, n)
-            frames["grown"] = _per_interval(sessions, {"n": F.sum("n")})
+            changes = open_per_interval(effect.members, list(self.p.keys), w, closing, n)
+            frames["sessions"] = _per_interval(changes, {"n": F.sum("n")})
         else:
             assert effect.opened is not None  # time windows count the windows they open
             frames["opened"] = _per_interval(effect.opened, {"n": F.count(F.lit(1))})
@@ -325,8 +325,8 @@ class ChunkAttempt(BatchAttempt):
         closed, emitted = (_by_interval(tally[name], n, "n", 0) for name in ("closed", "emitted"))
         by_name = {name: _by_interval(tally["counters"], n, name, None) for name in effect.counters}
         counters = [{name: values[k] for name, values in by_name.items()} for k in range(n)]
-        if "grown" in tally:  # sessions: how many more (or fewer) the chunk's sessions were after each interval
-            change = _by_interval(tally["grown"], n, "n", 0)
+        if "sessions" in tally:  # how many more (or fewer) sessions were open after each interval
+            change = _by_interval(tally["sessions"], n, "n", 0)
         else:
             change = [o - c for o, c in zip(_by_interval(tally["opened"], n, "n", 0), closed)]
         open_before = self.last.windows_open if self.last and self.last.windows_open is not None else None
