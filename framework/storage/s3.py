@@ -60,7 +60,7 @@ def packages() -> list[str]:
 
 def conf() -> dict[str, str]:
     """Session settings for S3: the LogStore for ``s3a://`` tables, the jar that holds it, and
-    s3a's input stream that survives a read cut short.
+    reads that survive a GET cut short (s3a's classic input stream, no vectored Parquet reads).
     Endpoint and credentials are the user's, as ``spark.hadoop.fs.s3a.*`` settings (docs/s3.md)."""
     if not LOGSTORE_JAR.is_file():
         raise RuntimeError(f"{LOGSTORE_JAR} is missing: `make install` builds it (framework.storage.s3.build_logstore)")
@@ -71,6 +71,10 @@ def conf() -> dict[str, str]:
         # hadoop-aws 3.5's default (the analytics accelerator's) failed Delta's read of a commit
         # file on one such cut, and the batch with it (tests/test_s3_faults.py, docs/s3.md#faults).
         "spark.hadoop.fs.s3a.input.stream.type": "classic",
+        # Parquet's vectored reads fetch column chunks as ranged GETs that s3a does not re-open
+        # when one is cut mid-body (S3AInputStream.readVectored): a soak behind the fault proxy
+        # failed a batch on one, twice. Read through the classic stream above, which does.
+        "spark.hadoop.parquet.hadoop.vectored.io.enabled": "false",
     }
 
 
