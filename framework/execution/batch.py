@@ -149,6 +149,8 @@ class Effect:
     # holds (a record: its event time; a stored session: its bounds) and the member's ``INTERVAL``
     # (-1: stored before the chunk), from which ``session.open_per_interval`` counts open sessions
     members: DataFrame | None = None
+    # time windows in a chunk of a range: the windows each interval updated (identity, ``INTERVAL``)
+    touched: DataFrame | None = None
 
 
 # ---- the updates a suppression buffer takes ----------------------------------------------------

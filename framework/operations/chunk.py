@@ -87,15 +87,18 @@ def chunk_refusal(p: Pipeline) -> str | None:
 
     A chunk attributes each closed window to the interval whose stream time closed it and
     counts each interval's open windows: that is exact for time windows and sessions with final
-    results (sessions from the members of each, ``session.open_per_interval``). Sliding windows
-    create windows record by record (an interval's open-window count needs the fold's state
-    after each interval), a rate-limited buffer emits at times its own order decides, an
-    updated sink's row per interval is the window's value after that interval, and a strict
-    bounded buffer is measured after every record: those still run one batch per interval."""
+    results (sessions from the members of each, ``session.open_per_interval``), and for a MERGEd
+    sink of time windows (each window's last value, by the last interval that updated it).
+    Sliding windows create windows record by record (an interval's open-window count needs the
+    fold's state after each interval), a session's MERGEd sink gets tombstones interval by
+    interval, a rate-limited buffer emits at times its own order decides, and a strict bounded
+    buffer is measured after every record: those still run one batch per interval."""
     if not isinstance(p.windows, (TimeWindows, SessionWindows)):
         return "a chunk counts time windows and sessions only; sliding windows and plain tables run per interval"
-    if not p.emission.final:
-        return "a chunk publishes final results only; rate-limited and updated sinks run per interval"
+    if p.emission.buffered:
+        return "a rate-limiting buffer emits at times its own order decides; it runs per interval"
+    if not p.emission.final and not isinstance(p.windows, TimeWindows):
+        return "a chunk updates a MERGEd sink of time windows only; sessions' updates run per interval"
     if strict(p):
         return "a buffer that shuts down when full is measured after every record; it runs per interval"
     return None
@@ -273,8 +276,12 @@ class ChunkAttempt(BatchAttempt):
         )
         effect = plans.effect_of(batch)
         closing = first_reaching(w.close(F.col("window_end")), afters)
-        results = kept(effect.results.withColumn(INTERVAL, closing))
-        effect = dataclasses.replace(effect, results=results, closed=results)
+        if p.emission.final:  # each closed window, by the interval that closed it
+            results = kept(effect.results.withColumn(INTERVAL, closing))
+            effect = dataclasses.replace(effect, results=results, closed=results)
+        else:  # each updated window's value after the chunk, by the last interval that updated it
+            results = kept(effect.results)
+            effect = dataclasses.replace(effect, results=results, closed=effect.closed.withColumn(INTERVAL, closing))
         ids = [iv.batch_id for iv in self.intervals]
         rows_out = sinks.shape(p, results, pick(F.col(INTERVAL), ids), pick(F.col(INTERVAL), afters))
         per_interval = self._counted(effect, rows_out, each, times, afters)
@@ -313,10 +320,12 @@ class ChunkAttempt(BatchAttempt):
         else:
             assert effect.opened is not None  # time windows count the windows they open
             frames["opened"] = _per_interval(effect.opened, {"n": F.count(F.lit(1))})
+        # a MERGEd sink's batch publishes every window it updated; final results each once, when closed
+        published = effect.touched if effect.touched is not None else rows_out
         tally = tallied(
             {
-                "closed": _per_interval(effect.results, {"n": F.count(F.lit(1))}),
-                "emitted": _per_interval(rows_out, {"n": F.count(F.lit(1))}),
+                "closed": _per_interval(effect.closed, {"n": F.count(F.lit(1))}),
+                "emitted": _per_interval(published, {"n": F.count(F.lit(1))}),
                 "counters": _per_interval(effect.counted, effect.counters),
                 "open": effect.open_windows.agg(F.count(F.lit(1)).alias("n")),
                 **frames,
@@ -378,6 +387,7 @@ class ChunkAttempt(BatchAttempt):
         assert self.seen is not None  # read in step 1
         at = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
         ids = [iv.batch_id for iv in self.intervals]
+        base = None if self.p.emission.appended else tables.latest_version(self.s.spark, self.t.output)
         batch_id, seq = pick(F.col(INTERVAL), ids), F.lit(self.seq) + F.col(INTERVAL)
         late = None
         if any(v.get("late_records") for v in values):
@@ -402,6 +412,7 @@ class ChunkAttempt(BatchAttempt):
                     at=at,
                     buffer_version=self._base("buffer"),
                     windows_open=v.get("windows_open"),
+                    output_base=base,  # a MERGEd sink's version before the chunk: a replay starts there
                     metrics=json.dumps({name: x for name, x in v.items() if name != "stream_time"}),
                     late_schema=late.schema.simpleString() if late is not None and v.get("late_records") else None,
                     interval_start=to_epoch_millis(iv.start),

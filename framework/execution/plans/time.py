@@ -72,8 +72,11 @@ def plan(b: Batch, w: TimeWindows) -> Effect:
     touched = stored.join(batch_partials.select(*ident), ident, "left_semi")  # stored rows of the batch's windows
     results = _merge_windows(p, p.emission.pick(rows.filter(due), touched.unionByName(batch_partials)))
     results = results.select(*p.keys, "window_start", "window_end", *finished(p), F.lit(False).alias(GONE))
+    if LAST_IN in reduced.columns and not p.emission.final:  # a chunk's updates: each by its window's last interval
+        last = reduced.filter(F.col(RECORD).isNull()).select(*ident, F.col(LAST_IN).alias(INTERVAL))
+        results = results.join(last, ident)
     still_open = everything.filter(~due).unionByName(batch_partials.filter(~due)).select(*ident).distinct()
-    closed = p.emission.pick(results, rows.filter(due).select(*ident).distinct())
+    closed = p.emission.pick(results, rows.filter(due).select(*ident, "window_end").distinct())
 
     return Effect(
         state_changes=None,
@@ -89,12 +92,21 @@ def plan(b: Batch, w: TimeWindows) -> Effect:
         open_windows=still_open,
         opened=_new_windows(near, stored, batch_windows, ident),
         updates=_updates(b, w, windowed, touched) if wants_updates(p) else None,
+        touched=_touched(p, windowed, ident),
     )
 
 
 def _interval(df: DataFrame) -> list[str]:
     """``INTERVAL``, where ``df``'s rows carry it (a chunk of a range)."""
     return [INTERVAL] if INTERVAL in df.columns else []
+
+
+def _touched(p: Pipeline, windowed: DataFrame, ident: list[str]) -> DataFrame | None:
+    """A chunk's updates of a MERGEd sink: the windows each interval updated, as many as a run of
+    that interval alone publishes (``Effect.touched``); None elsewhere."""
+    if INTERVAL not in windowed.columns or p.emission.final:
+        return None
+    return windowed.filter(IN_TIME).select(*ident, INTERVAL).distinct()
 
 
 def _updates(b: Batch, w: TimeWindows, windowed: DataFrame, touched: DataFrame) -> DataFrame:
@@ -137,7 +149,7 @@ def reduce(
     if observe is not None:
         windowed = observe(windowed, counting())
     late = F.col(NEWEST) & ~F.col(IN_TIME)
-    # a chunk of a range: a late record's row is its interval's, a window's the first that updated it
+    # a chunk of a range: a late record's row is its interval's, a window's the first (and last) that updated it
     chunked = INTERVAL in records.columns
     by_interval = [F.when(late, F.col(INTERVAL)).alias(LATE_IN)] if chunked else []
     return (
@@ -152,13 +164,14 @@ def reduce(
             *partials(p),
             F.max(TS).alias(MAX_TS),
             F.count_if(F.col(NEWEST)).alias(RECORDS),
-            *([F.min(INTERVAL).alias(INTERVAL)] if chunked else []),
+            *([F.min(INTERVAL).alias(INTERVAL), F.max(INTERVAL).alias(LAST_IN)] if chunked else []),
         )
         .drop(LATE_IN)
     )
 
 
 LATE_IN = "_late_iv"  # ``reduce``'s grouping by a late record's interval (a chunk)
+LAST_IN = "_last_iv"  # the last interval of a chunk that updated a window (a MERGEd sink's emitting one)
 
 
 def counting() -> dict[str, Column]:
