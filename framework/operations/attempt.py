@@ -452,6 +452,11 @@ class BatchAttempt:
         """The version of state table ``table`` the last committed batch left."""
         return self.last.version(table) if self.last is not None else None
 
+    def _output_base(self) -> int | None:
+        """A MERGEd sink's version before this attempt publishes (where a replay restores it);
+        None for an appended one, which a replay trims by batch id instead."""
+        return None if self.p.emission.appended else tables.latest_version(self.s.spark, self.t.output)
+
     def _tag(self, table: str) -> str:
         return f"{writes.TAG}{self.p.name}.{table}@{self.seq}:{self.attempt}"
 
@@ -488,7 +493,7 @@ class BatchAttempt:
             at=dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
             buffer_version=written.get("buffer", self._base("buffer")),
             windows_open=values.get("windows_open"),
-            output_base=tables.latest_version(self.s.spark, self.t.output) if not self.p.emission.appended else None,
+            output_base=self._output_base(),
             metrics=json.dumps({k: v for k, v in values.items() if k != "stream_time"}),
             late_schema=late.schema.simpleString() if late is not None else None,
             interval_start=to_epoch_millis(self.interval[0]) if self.interval and self.interval[0] else None,

@@ -284,7 +284,7 @@ class ChunkAttempt(BatchAttempt):
             effect = dataclasses.replace(effect, results=results, closed=effect.closed.withColumn(INTERVAL, closing))
         ids = [iv.batch_id for iv in self.intervals]
         rows_out = sinks.shape(p, results, pick(F.col(INTERVAL), ids), pick(F.col(INTERVAL), afters))
-        per_interval = self._counted(effect, rows_out, each, times, afters)
+        per_interval = self._counted(effect, rows_out, each, times, closing)
         planned = Plan(
             effect=effect,
             input=inp,
@@ -304,17 +304,17 @@ class ChunkAttempt(BatchAttempt):
         rows_out: DataFrame,
         each: list[BatchInput],
         times: list[tuple[int | None, int | None]],
-        afters: list[int],
+        closing: Column,
     ) -> list[Counted]:
         """What each interval did, by number, from the chunk's effect (its results attributed to
         the intervals that closed them) and sink rows: in one query. The windows open after each
         interval: time windows from those each interval opened and closed; sessions, which merge,
-        from the members of each session (``session.open_per_interval``)."""
+        from the members of each session (``session.open_per_interval``), ``closing`` giving the
+        interval that closes a window."""
         n, frames = len(self.intervals), {}
         if effect.members is not None:
             w = self.p.windows
             assert isinstance(w, SessionWindows)  # only sessions have members
-            closing = first_reaching(w.close(F.col("window_end")), afters)
             changes = open_per_interval(effect.members, list(self.p.keys), w, closing, n)
             frames["sessions"] = _per_interval(changes, {"n": F.sum("n")})
         else:
@@ -386,8 +386,7 @@ class ChunkAttempt(BatchAttempt):
         mark(self.s.spark, self.staging, Manifest(tuple(n for n in ("output",) if n in written), self.schemas))
         assert self.seen is not None  # read in step 1
         at = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-        ids = [iv.batch_id for iv in self.intervals]
-        base = None if self.p.emission.appended else tables.latest_version(self.s.spark, self.t.output)
+        ids, base = [iv.batch_id for iv in self.intervals], self._output_base()  # base: before the chunk
         batch_id, seq = pick(F.col(INTERVAL), ids), F.lit(self.seq) + F.col(INTERVAL)
         late = None
         if any(v.get("late_records") for v in values):
@@ -412,7 +411,7 @@ class ChunkAttempt(BatchAttempt):
                     at=at,
                     buffer_version=self._base("buffer"),
                     windows_open=v.get("windows_open"),
-                    output_base=base,  # a MERGEd sink's version before the chunk: a replay starts there
+                    output_base=base,  # where a replay of the chunk starts
                     metrics=json.dumps({name: x for name, x in v.items() if name != "stream_time"}),
                     late_schema=late.schema.simpleString() if late is not None and v.get("late_records") else None,
                     interval_start=to_epoch_millis(iv.start),

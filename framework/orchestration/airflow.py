@@ -150,8 +150,11 @@ def quality_gate(job: str, warehouse: str, batch_start: str | None = None, kind:
         events = context["outlet_events"][asset]
         if found.batches:  # a backfill: an event per interval, the range's extra shared
             events.add_partitions(list(found.batches))
-            events.extra = {"pipeline": pipeline.name, "backfill": found.batch_id}
-            events.extra["rows_published"] = found.rows_published
+            events.extra = {
+                "pipeline": pipeline.name,
+                "backfill": found.batch_id,
+                "rows_published": found.rows_published,
+            }
         elif expected is not None:
             events.add_partitions(found.batch_id)
             events.extra = {
