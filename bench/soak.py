@@ -64,7 +64,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("SPARK_CONF_DIR", str(ROOT / "tests" / "spark-conf"))
 
-from harness import frame, in_parallel, rows_of  # noqa: E402
+import reference as ref  # noqa: E402
+from harness import expected, frame, in_parallel, results, rows_of  # noqa: E402
 from test_exactly_once import Crash, pipeline, snapshot_frames  # noqa: E402
 from test_operations import _in_thread, _maintain, _Paused, _tables  # noqa: E402
 
@@ -83,7 +84,7 @@ from framework import (  # noqa: E402
 )
 from framework.operations.attempt import WRITE_POINTS  # noqa: E402
 from framework.operations.replay import ReplayBatch  # noqa: E402
-from framework.storage import locks  # noqa: E402
+from framework.storage import locks, tables  # noqa: E402
 
 WINDOWS = {
     "hopping": lambda: pipeline("soak_hopping", TimeWindows.of_size_and_grace(10, 2).advance_by(5)),
@@ -93,6 +94,8 @@ WINDOWS = {
         "soak_rate", TimeWindows.of_size_and_grace(10, 2), Suppressed.until_time_limit(5, BufferConfig.max_records(2))
     ),
 }
+# The reference model (tests/reference.py) of each pipeline it covers (the rate-limited one it does not).
+MODELS = {"hopping": ref.Tumbling(10, 2, 5), "sliding": ref.Sliding(10, 2), "session": ref.Session(5, 2)}
 KINDS = {"crash": 4, "zombie": 2, "kill": 1, "stop": 1, "gate": 2, "replays": 2, "gap": 2}
 WIDTH = 40  # ms of event time per batch interval
 POISON = 10**6  # a value the gate refuses (the suite caps ``total`` at POISON // 10)
@@ -275,6 +278,7 @@ class Soak:
         self.worker = Worker(warehouse, scratch / "worker.log", env)
         self.faults, self.rows, self.steps = Counter(), 0, 0
         self.lost, self.duplicated = Counter(), Counter()  # rows, per table
+        self.modelled = 0  # results rows checked against the reference model
         self.s3 = s3  # what the S3 fault proxy gave (--s3), or None
         self.mismatches: list[str] = []
 
@@ -499,14 +503,30 @@ class Soak:
         for name in sorted(faulty.keys() | clean.keys()):
             ours, theirs = faulty.get(name, Counter()), clean.get(name, Counter())
             lost, duplicated = theirs - ours, ours - theirs
-            self.lost[name] += sum(lost.values())
-            self.duplicated[name] += sum(duplicated.values())
             self.rows += sum(theirs.values())
-            if lost or duplicated:
-                self.mismatches.append(
-                    f"step {self.steps} ({stream.kind}, after {batch_id(stream.next - 1)}): {name}: "
-                    f"lost {dict(lost)}, duplicated {dict(duplicated)}"[:600]
-                )
+            self.count(stream, name, lost, duplicated)
+        if stream.kind in MODELS and stream.committed:
+            self.against_model(stream)
+
+    def against_model(self, stream: Stream) -> None:
+        """The results table against the reference model run over the effective input of the
+        committed intervals, in order (the clean warehouse is the same code; the model is not)."""
+        ks = stream.committed
+        want = expected(ref.run(MODELS[stream.kind], [stream.records[k] for k in ks]), [batch_id(k) for k in ks])
+        published = results(self.rt, stream.p) if tables.exists(self.spark, self.rt.tables(stream.p).output) else []
+        ours, theirs = (Counter(json.dumps(r, sort_keys=True) for r in rows) for rows in (published, want))
+        self.modelled += sum(theirs.values())
+        self.count(stream, "output (model)", theirs - ours, ours - theirs)
+
+    def count(self, stream: Stream, name: str, lost: Counter, duplicated: Counter) -> None:
+        """Add a table's lost and duplicated rows to the totals; a mismatch if there are any."""
+        self.lost[name] += sum(lost.values())
+        self.duplicated[name] += sum(duplicated.values())
+        if lost or duplicated:
+            self.mismatches.append(
+                f"step {self.steps} ({stream.kind}, after {batch_id(stream.next - 1)}): {name}: "
+                f"lost {dict(lost)}, duplicated {dict(duplicated)}"[:600]
+            )
 
     def injected(self) -> int:
         """Faults injected so far: the steps' (maintenance not counted) and S3's."""
@@ -537,6 +557,7 @@ class Soak:
             "s3_faults_by_kind": dict(sorted(self.s3.kinds().items())) if self.s3 else {},
             "batches": {s.kind: len(s.committed) for s in self.streams},
             "rows_checked": self.rows,
+            "rows_checked_against_model": self.modelled,
             "lost": sum(self.lost.values()),
             "duplicated": sum(self.duplicated.values()),
             "lost_by_table": dict(sorted(self.lost.items())),
@@ -588,7 +609,8 @@ def report(summary: dict) -> str:
         f"seed {summary['seed']}: {summary['steps']} steps, {summary['faults']} faults injected ({kinds})",
         f"S3 faults by kind: {s3 or 'none'}",
         f"batches committed per pipeline: {summary['batches']}",
-        f"rows checked {summary['rows_checked']}, lost {summary['lost']}, duplicated {summary['duplicated']}",
+        f"rows checked {summary['rows_checked']} (against the reference model: "
+        f"{summary['rows_checked_against_model']}), lost {summary['lost']}, duplicated {summary['duplicated']}",
         f"lost/duplicated per table: {per_table}",
         f"wall time {summary['seconds']} s",
         "PASSED" if summary["passed"] else "FAILED:\n  " + "\n  ".join(summary["mismatches"]),
@@ -622,6 +644,12 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--s3-chance", type=float, default=0.02, help="with --s3: each request's chance of an S3 fault (0: none)"
     )
+    parser.add_argument(
+        "--s3-retry-ms",
+        type=int,
+        default=50,
+        help="with --s3: s3a's wait before retrying a failed request (the faults come faster than S3's)",
+    )
     parser.add_argument("--pipelines", default=",".join(WINDOWS), help=f"of {','.join(WINDOWS)}")
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"fault kinds, of {','.join(KINDS)}")
     parser.add_argument("--json", help="write the summary here too")
@@ -647,7 +675,11 @@ def main(argv=None) -> int:
             endpoint, seen = stack.enter_context(proxy(server.endpoint, s3_faults(args.s3_chance), seed=args.seed))
             faulty = server.behind(endpoint, "faulty")  # the soaked warehouse's bucket; the clean one's is direct
             conf.update({**server.spark_conf(), **faulty.spark_conf()})
+            waits = ("retry.interval", "retry.throttle.interval")  # s3a's, before a retry: 500 ms and up by default
+            retries = {f"spark.hadoop.fs.s3a.{key}": f"{args.s3_retry_ms}ms" for key in waits}
+            conf.update(retries)
             env = child_env(faulty)
+            env["FINALRESULTS_TEST_CONF"] = json.dumps({**json.loads(env["FINALRESULTS_TEST_CONF"]), **retries})
             warehouse, clean = faulty.url(f"soak-{args.seed}"), server.url(f"soak-{args.seed}-clean")
         else:
             warehouse = args.warehouse or str(scratch / "lake")

@@ -25,6 +25,8 @@ from .errors import (
     QualityGateError,
     ReplayError,
     SkippedIntervalError,
+    VersionError,
+    VersionSwitchedError,
 )
 
 
@@ -75,4 +77,6 @@ __all__ = [
     "QualityGateError",
     "SkippedIntervalError",
     "ReplayError",
+    "VersionError",
+    "VersionSwitchedError",
 ]

@@ -52,6 +52,16 @@ class ConcurrentBatchError(FrameworkError):
     lock too long (``CommitLockTimeout``); this attempt committed nothing."""
 
 
+class VersionSwitchedError(ConcurrentBatchError):
+    """A batch of a version the pipeline was switched away from: a run that chose the version
+    before the switch landed. It committed nothing; run again, it runs the pipeline's version."""
+
+
+class VersionError(FrameworkError):
+    """A versions command was refused: a switch to a version that is behind, two switches at
+    once, results columns that would break the table's readers, a version a job does not define."""
+
+
 class CommitLockTimeout(FrameworkError, TimeoutError):
     """On a local warehouse, a commit waited ``locks.LOCK_WAIT_S`` for a table's commit lock and
     was not made. Another writer held the lock all that time: a commit still running, or one whose

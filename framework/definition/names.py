@@ -40,6 +40,7 @@ RESERVED_TABLES: dict[str, str] = {
     "metrics": "metrics table (kept by earlier versions)",
     "_staging": "staging folder",
     GATE: "quality-gate outcomes folder",
+    "_versions": "versions folder (the tables of the pipeline's later versions, and its switches)",
 }
 
 #: Prefix of the suppression buffer tables, ``buffer_<suppression name>`` (``buffer_suppress``

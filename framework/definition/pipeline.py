@@ -65,6 +65,10 @@ class Pipeline:
     batch, keeps them in the ``rejected_records`` table (reason, batch, the record as JSON) and
     counts them (``rejected-records-total``), and the batch goes on with the rest. Checks of the
     whole batch (a missing or retyped column) refuse it either way.
+
+    ``version`` numbers a changed definition of the same pipeline: each version keeps tables of
+    its own, is built beside the running one and becomes the pipeline when switched to
+    (``framework.operations.versions``); a definition never becomes a new version unless it says so.
     """
 
     name: str
@@ -73,6 +77,7 @@ class Pipeline:
     lateness: str = "record"
     idle_advance: timedelta | int | None = None  # kept as milliseconds (``idle_advance_ms``)
     bad_records: str = "refuse"
+    version: int = 1  # which version of the pipeline this definition is (docs/operations.md#changing-a-pipeline)
     # set by the builder's steps, each checking its own
     keys: tuple[str, ...] = ()
     windows: Windows | None = None
@@ -100,6 +105,8 @@ class Pipeline:
             raise DefinitionError(
                 f"pipeline {name!r}: bad_records must be one of {BAD_RECORDS}, got {self.bad_records!r}"
             )
+        if isinstance(self.version, bool) or not isinstance(self.version, int) or self.version < 1:
+            raise DefinitionError(f"pipeline {name!r}: version must be a whole number from 1, got {self.version!r}")
         if self.idle_advance is not None:  # frozen: the one normalisation, to milliseconds
             object.__setattr__(self, "idle_advance", to_millis(self.idle_advance, "idle_advance"))
 
@@ -311,7 +318,7 @@ class Pipeline:
         """The topology as text, like Kafka Streams' ``Topology.describe()``."""
         store = f"{self.name}._state ({'window' if self.windows is not None else 'key'} rows)"
         lines = [
-            f"Topology: {self.name}",
+            f"Topology: {self.name}" + (f" (version {self.version})" if self.version > 1 else ""),
             f"  Source: input (timestamp={self.timestamp}, arrival={self.arrival or '<event time>'}, "
             f"lateness={self.lateness}, bad_records={self.bad_records})",
             f"  --> GroupBy {list(self.keys)}",

@@ -41,6 +41,7 @@ from ..errors import (
     FrameworkError,
     PublicationError,
     SkippedIntervalError,
+    VersionSwitchedError,
     first_line,
 )
 from ..execution.sources import check_drift, check_input, rejected_records
@@ -296,6 +297,14 @@ class BatchAttempt:
     def _check(self, pending: list[str]) -> None:
         """Refuse a batch out of order, over an unfinished attempt, or of a changed definition."""
         where, last = self.steps.where, self.last
+        switched = ledger.switched_away(self.rows, self.p.version)
+        if switched is not None and not self.s.following:
+            raise VersionSwitchedError(
+                f"{where}: the pipeline was switched from version {self.p.version} to version "
+                f"{switched.switched_to}, whose batches it runs from the interval after batch {switched.batch_id!r}: "
+                "nothing was written. Run the batch again: a job runs the version the pipeline is at "
+                "(if the switch did not finish, run `finalresults versions switch` again first)."
+            )
         if last is not None and self.batch_id < last.batch_id:
             raise BatchOrderError(
                 f"{where}: out of order: batch {last.batch_id!r} (seq {last.seq}) is already "
@@ -305,7 +314,8 @@ class BatchAttempt:
             raise DefinitionError(
                 f"{where}: the pipeline definition changed incompatibly since batch "
                 f"{last.batch_id!r}: was [{last.definition}], now [{definition(self.p)}]. "
-                "State cannot be reinterpreted; create a pipeline with a new name."
+                f"State cannot be reinterpreted: make the new definition the pipeline's version {self.p.version + 1} "
+                "(Pipeline(..., version=...)) and build it beside this one (docs/operations.md#changing-a-pipeline)."
             )
         self._check_bucket()
         self._check_unfinished(pending)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import warnings
+from dataclasses import replace
 from typing import Callable, Iterable
 
 from pyspark.errors import PySparkException
@@ -18,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from ..definition.pipeline import Pipeline
 from ..errors import CommitLockTimeout, FrameworkError, first_line
-from ..storage import backend, bookkeeping, classic, compaction, ledger, locks, tables
+from ..storage import backend, bookkeeping, classic, compaction, ledger, locks, tables, versions
 from ..storage import catalog as tables_catalog
 from .attempt import BatchAttempt, BatchResult, result_of
 from .chunk import CHUNK_RECORDS, Progress, Range, run_chunks
@@ -40,6 +41,8 @@ class Runtime:
     ``batch_end``, else now) plus this skew; ``None`` accepts any time.
     ``catalog`` names a schema of the session's catalog that keeps the pipeline's tables as
     external tables once a batch committed (``framework.storage.catalog``): ``lake.user_alert_windows``.
+    ``following`` lets batches run on a version the pipeline was switched away from: the build
+    of a version that follows the pipeline's (``framework.operations.versions``).
 
     Example::
 
@@ -58,6 +61,7 @@ class Runtime:
         before_write: Callable[[str], None] | None = None,
         max_clock_skew: dt.timedelta | None = dt.timedelta(days=1),
         catalog: str | None = None,
+        following: bool = False,
     ):
         session = backend.of(spark)  # classic or Spark Connect: chosen once, for the session's life
         locks.check_atomic_commits(spark, warehouse)  # on S3, the LogStore replaces the file lock
@@ -74,6 +78,7 @@ class Runtime:
             local_fold_records=int(
                 spark.conf.get(LOCAL_FOLD_RECORDS, str(LOCAL_FOLD_RECORDS_DEFAULT)) or LOCAL_FOLD_RECORDS_DEFAULT
             ),
+            following=following,
         )
         self.catalog = catalog if catalog is None else tables_catalog.check_schema(catalog)
         self._registered: set[str] = set()  # catalog tables this runtime registered or found
@@ -87,9 +92,18 @@ class Runtime:
     def warehouse(self) -> str:
         return self.settings.warehouse
 
+    @property
+    def ledgers(self) -> ledger.Ledgers:
+        """The ledgers this runtime read (rows known at a table version are not read again)."""
+        return self._ledgers
+
     def tables(self, p: Pipeline) -> tables.Tables:
-        """Paths of ``p``'s Delta tables."""
-        return tables.Tables(f"{self.warehouse.rstrip('/')}/{p.name}", p.sink or "output")
+        """Paths of the Delta tables of ``p`` (of its version: ``storage.versions``)."""
+        return tables.Tables(versions.root(self.warehouse, p.name, p.version), p.sink or "output")
+
+    def current_version(self, p: Pipeline) -> int:
+        """The version that is pipeline ``p.name`` (the last switch's; 1 if it never switched)."""
+        return versions.current(self.spark, self.warehouse, p.name)
 
     # ---- reading ---------------------------------------------------------------------------
     def read_ledger(self, p: Pipeline) -> DataFrame:
@@ -112,7 +126,7 @@ class Runtime:
         """Keep ``p``'s existing tables in the ``catalog`` schema (no-op without one); their names.
         Each batch does it (tables registered before are skipped); call it for a pipeline that
         ran elsewhere."""
-        if self.catalog is None:
+        if self.catalog is None or p.version != self.current_version(p):  # the names are the pipeline's version's
             return []
         try:
             t = self.tables(p)
@@ -127,8 +141,10 @@ class Runtime:
         self._registered.update(names)
         return names
 
-    def read_output(self, p: Pipeline) -> DataFrame:
-        """The results table: the published results of committed batches."""
+    def read_output(self, p: Pipeline, version: int | None = None) -> DataFrame:
+        """The results table: the published results of committed batches, of the version that
+        is the pipeline (whichever ``p`` is: readers follow a switch), or of ``version``."""
+        p = replace(p, version=version or self.current_version(p))
         if not tables.exists(self.spark, self.tables(p).output):
             raise FrameworkError(f"pipeline {p.name!r}: no batch has produced results yet")
         return tables.read(self.spark, self.tables(p).output)

@@ -32,6 +32,7 @@ class Settings:
     max_clock_skew: dt.timedelta | None
     partitions: int  # spark.sql.shuffle.partitions
     local_fold_records: int  # LOCAL_FOLD_RECORDS: a rate-limited batch up to this size folds on the driver
+    following: bool = False  # may write a version the pipeline was switched away from (``versions.build``)
 
     def latest_ms(self, batch_end: dt.datetime | None) -> int | None:
         """The latest event time a batch may hold (far-future times are refused: docs/design.md#input-checks)."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..definition.names import GATE
 from ..definition.pipeline import Pipeline
 from ..execution.streamtime import to_datetime
+from ..storage import versions
 from ..storage.tables import Tables
 from . import outcome
 
@@ -120,7 +121,7 @@ class PipelineStatus:
 
 def table_paths(p: Pipeline, warehouse: str) -> list[tuple[str, str]]:
     """(label, path) of each Delta table of ``p`` under ``warehouse``, as the runtime lays them out."""
-    t = Tables(f"{warehouse.rstrip('/')}/{p.name}", p.sink or "output")
+    t = Tables(versions.root(warehouse, p.name, p.version), p.sink or "output")
     return [("results", t.output), ("window state, ledger, metrics, late records", t.state)]
 
 
@@ -129,13 +130,13 @@ def _iso(value: Any) -> Any:
 
 
 def read(spark: SparkSession, warehouse: str, name: str) -> PipelineStatus:
-    """The status of pipeline ``name`` of ``warehouse``: a few Spark jobs over its bookkeeping,
-    its last ``KEPT`` batches' metrics and audits."""
+    """The status of pipeline ``name`` of ``warehouse`` (of the version that is the pipeline):
+    a few Spark jobs over its bookkeeping, its last ``KEPT`` batches' metrics and audits."""
     from pyspark.sql import functions as F
 
     from ..storage import bookkeeping, files
 
-    root = f"{warehouse.rstrip('/')}/{name}"
+    root = versions.root(warehouse, name, versions.current(spark, warehouse, name))
     if not bookkeeping.has_batches(spark, root):
         return PipelineStatus(name, root)
     last = bookkeeping.last_committed(spark, root)

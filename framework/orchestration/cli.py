@@ -36,10 +36,13 @@ from .jobs import (
     JobError,
     backfill_intervals,
     batch_id,
+    build_version,
     check_interval,
     chunk_line,
+    current_pipeline,
     gate_summary,
     intervals,
+    job_versions,
     load_job,
     parse_duration,
     parse_time,
@@ -48,6 +51,7 @@ from .jobs import (
     run_interval,
     start_importing_quality,
     summary,
+    versions_of,
 )
 
 if TYPE_CHECKING:
@@ -156,7 +160,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     _check_paths(args, job)
     spark = _spark(args, job.PIPELINE.name)
     with _leaving_status(spark, args.warehouse, job.PIPELINE.name) as committed:
-        result = _one_batch(spark, job.PIPELINE, job.LANDING, start, end, args, args.job)
+        pipeline = current_pipeline(spark, args.warehouse, job_versions(job))
+        result = _one_batch(spark, pipeline, job.LANDING, start, end, args, args.job)
         committed.append(result.status == "committed")
     print(summary(result))
     return 0
@@ -199,7 +204,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     _check_paths(args, job)
     spark = _spark(args, job.PIPELINE.name)
     with _leaving_status(spark, args.warehouse, job.PIPELINE.name) as committed:
-        _backfill(spark, job.PIPELINE, job.LANDING, todo, args, committed, args.job)
+        pipeline = current_pipeline(spark, args.warehouse, job_versions(job))
+        _backfill(spark, pipeline, job.LANDING, todo, args, committed, args.job)
     return 0
 
 
@@ -260,7 +266,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     with _leaving_status(spark, args.warehouse, job.PIPELINE.name) as committed:
         ran = replay_intervals(
             spark,
-            job.PIPELINE,
+            current_pipeline(spark, args.warehouse, job_versions(job)),
             job.LANDING,
             start,
             stop,
@@ -386,6 +392,83 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(report.summary() + (f"\nData Docs: {report.docs}" if report.docs else ""))
     report.raise_for_failures()
     return 0
+
+
+def cmd_versions_list(args: argparse.Namespace) -> int:
+    """Each version the job defines: how far it has run, and which one is the pipeline."""
+    from ..operations import versions as versioning
+    from ..operations.runtime import Runtime
+    from ..storage import versions
+
+    job = load_job(args.job)
+    defined = job_versions(job)
+    spark = _spark(args, f"{job.PIPELINE.name}-versions")
+    rt = Runtime(spark, args.warehouse)
+    at = rt.current_version(job.PIPELINE)
+    for k, p in sorted(defined.items()):
+        mark = "  (the pipeline)" if k == at else ""
+        print(f"version {k}: {versioning.standing(rt, p).through}; tables {rt.tables(p).root}{mark}")
+    for done in versions.switches(spark, args.warehouse, job.PIPELINE.name):
+        print(done.describe())
+    return 0
+
+
+def cmd_versions_build(args: argparse.Namespace) -> int:
+    """Build a version beside the pipeline's until it has caught up (``jobs.build_version``)."""
+    job = load_job(args.job)
+    defined = _defining(job, args.version)
+    _check_paths(args, job)
+    start, every = parse_time(args.start, args.start_flag), _schedule(job, args.every)
+    spark = _spark(args, f"{job.PIPELINE.name}-build")
+    progress, done = _Progress(f"build {job.PIPELINE.name} version {args.version}"), [0]
+
+    def ran(results: list[BatchResult], how: str) -> None:
+        done[0] += len(results)
+        progress(done[0], done[0], worked=len(results), chunk=chunk_line(results, how))
+
+    built = build_version(
+        spark, defined, args.version, job.LANDING, start, every, args.warehouse, args.landing, args.chunk_records, ran
+    )
+    print(f"version {args.version}: {len(built)} interval(s) run; it has caught up with the pipeline's")
+    return 0
+
+
+def cmd_versions_compare(args: argparse.Namespace) -> int:
+    """Version ``--version``'s final rows against the pipeline's (or ``--against``'s)."""
+    from ..operations import versions as versioning
+    from ..operations.runtime import Runtime
+
+    job = load_job(args.job)
+    defined = _defining(job, args.version)
+    spark = _spark(args, f"{job.PIPELINE.name}-compare")
+    rt = Runtime(spark, args.warehouse)
+    against = defined[args.against] if args.against else current_pipeline(spark, args.warehouse, defined)
+    print(versioning.compare(rt, against, defined[args.version]).describe())
+    return 0
+
+
+def cmd_versions_switch(args: argparse.Namespace) -> int:
+    """Make version ``--to`` the pipeline (``operations.versions.switch``)."""
+    from ..operations import versions as versioning
+    from ..operations.runtime import Runtime
+
+    job = load_job(args.job)
+    defined = _defining(job, args.to)
+    spark = _spark(args, f"{job.PIPELINE.name}-switch")
+    rt = Runtime(spark, args.warehouse, catalog=args.catalog)
+    with _leaving_status(spark, args.warehouse, job.PIPELINE.name) as changed:
+        done = versioning.switch(rt, defined, args.to, breaking_columns=args.breaking_columns)
+        changed.append(True)
+    print(f"{job.PIPELINE.name}: {done.describe()}")
+    return 0
+
+
+def _defining(job: ModuleType, version: int) -> dict:
+    """The job's versions, refusing ``version`` if the job does not define it (before Spark starts)."""
+    defined = job_versions(job)
+    if version not in defined:
+        raise JobError(f"pipeline {job.PIPELINE.name!r}: the job defines versions {sorted(defined)}, not {version}")
+    return defined
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -549,6 +632,46 @@ def _status_command(commands) -> None:
     output.add_argument("--json", action="store_true", help="print the status as JSON (metrics as recorded, units)")
 
 
+def _versions_commands(commands) -> None:
+    """``finalresults versions list|build|compare|switch``: a changed pipeline, built beside the
+    running one, compared with it and switched to (docs/operations.md#changing-a-pipeline)."""
+    text = "Build, compare and switch a pipeline's versions (docs/operations.md#changing-a-pipeline)."
+    versions = commands.add_parser("versions", help=text, description=text, allow_abbrev=False)
+    actions = versions.add_subparsers(dest="action", metavar="ACTION", required=True)
+    _command(actions, "list", cmd_versions_list, "The versions the job defines, how far each ran, and the switches.")
+    build = _command(
+        actions,
+        "build",
+        cmd_versions_build,
+        "Run a version's intervals from --from over the landing history, in chunks, until it has caught up "
+        "with the pipeline's; the pipeline's own runs go on.",
+        data=True,
+    )
+    build.add_argument("--version", type=_positive, required=True, help="the version to build")
+    build.add_argument("--from", dest="start", action=_Spelled, required=True, help="its first interval's start")
+    build.set_defaults(start_flag="--from")
+    _every(build)
+    _chunk_records(build)
+    compare = _command(
+        actions, "compare", cmd_versions_compare, "How a version's final rows differ from the pipeline's."
+    )
+    compare.add_argument("--version", type=_positive, required=True, help="the version to compare")
+    compare.add_argument("--against", type=_positive, help="the version to compare with (default: the pipeline's)")
+    switch = _command(
+        actions,
+        "switch",
+        cmd_versions_switch,
+        "Make a version that has caught up the pipeline (readers, the catalog and the DAG's next run), or switch back.",
+    )
+    switch.add_argument("--to", type=_positive, required=True, help="the version to switch to")
+    switch.add_argument(
+        "--breaking-columns",
+        action="store_true",
+        help="switch although the results table loses a column or changes its type",
+    )
+    _batches(switch)
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line (one sub-parser per command, each with --help)."""
     root = argparse.ArgumentParser(
@@ -560,6 +683,7 @@ def parser() -> argparse.ArgumentParser:
     commands = root.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _batch_commands(commands)
     _status_command(commands)
+    _versions_commands(commands)
     _command(commands, "describe", cmd_describe, "Print the topology and where its tables live.", spark=False)
     _command(commands, "validate", cmd_validate, "Validate the committed results table with its expectation suite.")
     return root
@@ -639,11 +763,13 @@ def main(argv: list[str] | None = None) -> int:
         return _failed(e, getattr(args, "verbose", False))
 
 
-def job_main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> int:
+def job_main(pipeline: Pipeline, table: str, argv: list[str] | None = None, versions: tuple | list = ()) -> int:
     """Entry point of ``spark-submit jobs/<name>.py`` (or, with ``SPARK_REMOTE`` set, of
     ``python jobs/<name>.py`` as a Spark Connect client): run one batch (or, with ``--replay``,
     a replay), then validate the results table for the quality gate; 0 on success (the
-    validation's verdict is the gate's to report), 1 on error, as ``finalresults run`` does."""
+    validation's verdict is the gate's to report), 1 on error, as ``finalresults run`` does.
+    The batch is the version's that is the pipeline now, of ``pipeline`` and the other
+    ``versions`` the job keeps (``jobs.current_pipeline``): a switch takes effect from the next run."""
     args = job_parser(f"spark-submit {Path(sys.argv[0]).name}").parse_args(sys.argv[1:] if argv is None else argv)
     spark = None
     try:
@@ -653,10 +779,12 @@ def job_main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> i
         from ..storage.session import spark_session
 
         ran: BatchResult | ReplayResult | list[BatchResult]
+        defined = versions_of(pipeline, versions)
         if args.replay:
             every = parse_duration(args.every or "")
             start_importing_quality()  # the replayed batches' audits and the table's validation need it
             spark = spark_session(f"finalresults-{pipeline.name}-replay", metastore=args.metastore)
+            pipeline = current_pipeline(spark, args.warehouse, defined)
             ran = replay_intervals(spark, pipeline, table, start, end, every, args.warehouse, args.landing)
             print(replay_summary(ran, start))
         elif end is None:
@@ -665,11 +793,13 @@ def job_main(pipeline: Pipeline, table: str, argv: list[str] | None = None) -> i
             todo = intervals(start, end, parse_duration(args.every or ""))
             start_importing_quality()  # the batches' audits and the table's validation need it
             spark = spark_session(f"finalresults-{pipeline.name}-backfill", metastore=args.metastore)
+            pipeline = current_pipeline(spark, args.warehouse, defined)
             ran = _backfill(spark, pipeline, table, todo, args, [], sys.argv[0])
         else:
             check_interval(pipeline, start, end)
             start_importing_quality()  # the batch's audit and the table's validation need it
             spark = spark_session(f"finalresults-{pipeline.name}", metastore=args.metastore)
+            pipeline = current_pipeline(spark, args.warehouse, defined)
             ran = _one_batch(spark, pipeline, table, start, end, args, sys.argv[0])
             print(summary(ran))
         print(gate_summary(after_run(spark, pipeline, args.warehouse, ran, args.run_id)))

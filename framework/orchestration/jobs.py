@@ -82,6 +82,87 @@ def _checked(module: ModuleType, spec: str) -> ModuleType:
     return module
 
 
+def versions_of(pipeline: Pipeline, kept: tuple | list = ()) -> dict[int, Pipeline]:
+    """A job's definitions by version: its ``PIPELINE`` and the earlier (or later) versions it
+    keeps in ``VERSIONS`` (each a ``Pipeline`` of the same name and its own version)."""
+    defined = {pipeline.version: pipeline}
+    for p in kept:
+        if not isinstance(p, Pipeline) or p.name != pipeline.name:
+            raise JobError(f"pipeline {pipeline.name!r}: VERSIONS holds {p!r}, not a Pipeline of that name")
+        if defined.setdefault(p.version, p) != p:
+            raise JobError(f"pipeline {pipeline.name!r}: two definitions of version {p.version}")
+    return defined
+
+
+def job_versions(job: ModuleType) -> dict[int, Pipeline]:
+    """``versions_of`` a loaded job module."""
+    return versions_of(job.PIPELINE, getattr(job, "VERSIONS", ()))
+
+
+def current_pipeline(spark: SparkSession, warehouse: str, defined: dict[int, Pipeline]) -> Pipeline:
+    """The definition of the version that is the pipeline now (``storage.versions.current``):
+    what a job's run, backfill or replay runs, so a switch takes effect from the next run."""
+    from ..errors import VersionError
+    from ..storage import versions
+
+    name = next(iter(defined.values())).name
+    at = versions.current(spark, warehouse, name)
+    if at not in defined:
+        raise VersionError(
+            f"pipeline {name!r} is at version {at}, which this job does not define (it defines {sorted(defined)}): "
+            f"keep version {at}'s definition in the job's VERSIONS, or switch the pipeline to a version it defines"
+        )
+    return defined[at]
+
+
+def build_version(
+    spark: SparkSession,
+    defined: dict[int, Pipeline],
+    version: int,
+    table: str,
+    start: dt.datetime,
+    every: dt.timedelta,
+    warehouse: str,
+    landing: str,
+    chunk_records: int | None = None,
+    progress: Callable[[list[BatchResult], str], None] | None = None,
+) -> list[BatchResult]:
+    """Build version ``version`` beside the pipeline's: its ``every``-long intervals from
+    ``start`` (or from where its last committed one ended) over the landing history, in chunks,
+    through the pipeline's last committed interval, and again while the pipeline committed more
+    meanwhile, until it has caught up (then ``finalresults versions switch`` may make it the
+    pipeline). The pipeline's own runs go on meanwhile."""
+    from ..errors import VersionError
+    from ..operations import versions
+    from ..operations.chunk import CHUNK_RECORDS
+    from ..operations.runtime import Runtime
+
+    rt = Runtime(spark, warehouse, following=True)
+    new = defined[version]
+    ran: list[BatchResult] = []
+    while True:
+        pipeline = current_pipeline(spark, warehouse, defined)
+        if pipeline.version == version:
+            raise VersionError(f"pipeline {new.name!r} is at version {version} already: there is nothing to build")
+        target, mine = versions.standing(rt, pipeline).last, versions.standing(rt, new).last
+        if target is None or target.interval_end is None:
+            raise VersionError(
+                f"pipeline {new.name!r}: version {pipeline.version} has committed no interval of a job: "
+                "there is nothing to follow"
+            )
+        begin = start if mine is None or mine.interval_end is None else _at(mine.interval_end)
+        stop = _at(target.interval_end)
+        if begin >= stop:
+            return ran
+        todo = landing_range(spark, landing, table, intervals(begin, stop, every))
+        ran += rt.run_range(new, todo, chunk_records or CHUNK_RECORDS, progress=progress)
+
+
+def _at(ms: int) -> dt.datetime:
+    """An interval bound the ledger records (epoch ms) as the naive UTC time jobs use."""
+    return dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=ms)
+
+
 def parse_time(text: str, what: str) -> dt.datetime:
     """An ISO timestamp as naive UTC (Airflow renders aware ones; naive ones are taken as UTC)."""
     try:

@@ -120,6 +120,22 @@ def register(
     return registered
 
 
+def point(spark: SparkSession, schema: str, p: Pipeline, layout: tables.Tables) -> None:
+    """Point the names of ``schema`` that name the pipeline's tables at those of ``layout``
+    (the version a switch made the pipeline's), each in one catalog change, so a reader of a
+    name reads the old table or the new one; ``register`` then adds what is missing and
+    re-creates the views. Delta's own check that a moved table keeps its schema is bypassed: the
+    switch checked the results' columns (``operations.versions.check_columns``)."""
+    for name, path in table_names(p, layout):
+        path = _absolute(spark, path)
+        if not spark.catalog.tableExists(f"{schema}.{name}") or not tables.exists(spark, path):
+            continue
+        location = spark.sql(f"DESCRIBE DETAIL `{schema}`.`{name}`").collect()[0]["location"]
+        if not _same_location(location, path):
+            with locks.session_conf(spark, {"spark.databricks.delta.alterLocation.bypassSchemaCheck": "true"}):
+                spark.sql(f"ALTER TABLE `{schema}`.`{name}` SET LOCATION {tables.literal(path)}")
+
+
 _LEGACY = {"window_state": "window_state", "ledger": "_ledger", "metrics": "metrics", "late_records": "late_records"}
 
 

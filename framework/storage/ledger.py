@@ -37,6 +37,7 @@ class Status(str, enum.Enum):
     COMMITTED = "committed"  # the batch's effect: what readers and the next batch start from
     REPLACED = "replaced"  # a committed row a replay re-ran (its new row is committed)
     STARTED = "started"  # legacy: an attempt of the previous protocol, which published before committing
+    SWITCHED = "switched"  # a switch of the pipeline's version (``switched_to``) fenced this table here
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class LedgerRow:
     interval_end: int | None = None
     fence: int | None = None  # the transaction version its commit point was made with (``commit_point``)
     bucket_ms: int | None = None  # the width of the close-time buckets its window state is in (``Runtime(bucket=...)``)
+    switched_to: int | None = None  # a ``SWITCHED`` row: the version the pipeline was switched to
 
     @classmethod
     def of(cls, row: Row) -> LedgerRow:
@@ -136,6 +138,15 @@ def committed(ledger: DataFrame) -> DataFrame:
 def committed_rows(rows: list[LedgerRow]) -> list[LedgerRow]:
     """The committed rows among ``rows``, by sequence number: the last is the last committed batch."""
     return sorted((r for r in rows if r.status == Status.COMMITTED), key=lambda r: r.seq)
+
+
+def switched_away(rows: list[LedgerRow], version: int) -> LedgerRow | None:
+    """The last switch recorded in a version's ledger ``rows`` if it made another version the
+    pipeline (this version is then written only by a build that follows the other); None while
+    this version is the pipeline's, or was never switched from."""
+    switched = [r for r in rows if r.status == Status.SWITCHED]
+    last = max(switched, key=lambda r: r.fence or 0, default=None)
+    return last if last is not None and last.switched_to != version else None
 
 
 def last_committed_of(ledger: DataFrame, batch_id: str | None = None) -> LedgerRow | None:
