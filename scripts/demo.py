@@ -203,17 +203,18 @@ def _thin_clients(root: Path, stack: ExitStack) -> str:
     return f"a thin client of Spark Connect at {server.url}"
 
 
-def _run_intervals(dag, pipeline, root: Path, hours: int, spark_task: str) -> bool:
-    """One Airflow run per hourly interval, in order; whether all succeeded. Airflow's own output
-    goes to ``<root>/airflow/runs.log``; each task's log is where the UI reads it. Each run's line
-    comes from the outcome its job left for the quality gate, read without Spark: this process has
-    started no JVM yet, so Airflow's forked workers and tasks inherit no py4j connection (a
-    stopped session's gateway left in them hung a worker of the second run once)."""
+def _run_intervals(dag, pipeline, root: Path, hours: int, spark_task: str, first: int = 0) -> bool:
+    """One Airflow run per hourly interval (``hours`` of them from hour ``first``), in order;
+    whether all succeeded. Airflow's own output goes to ``<root>/airflow/runs.log``; each task's
+    log is where the UI reads it. Each run's line comes from the outcome its job left for the
+    quality gate, read without Spark: this process has started no JVM yet, so Airflow's forked
+    workers and tasks inherit no py4j connection (a stopped session's gateway left in them hung a
+    worker of the second run once)."""
     from framework.operations import outcome
 
     _executor_ending_every_worker()
     with _console_to(root / "airflow" / "runs.log") as console:
-        for hour in range(hours):
+        for hour in range(first, first + hours):
             begin, end = (START + dt.timedelta(hours=h) for h in (hour, hour + 1))
             print(
                 f"[4/5] Airflow runs {dag.dag_id} for [{begin}, {end}): spark_batch ({spark_task}), then quality_gate",

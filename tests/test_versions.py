@@ -4,6 +4,10 @@ interval lost or run twice; the switch's steps crashed one by one and finished b
 an attempt of the old version under way while the switch lands; two switches at once."""
 
 import datetime as dt
+import json
+import os
+import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,35 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 START = dt.datetime(2026, 1, 1)
 HOUR = dt.timedelta(hours=1)
 
-JOB = '''"""user_alerts with a second version that adds an aggregate: the job keeps both."""
-import sys
-from datetime import timedelta as td
-
-from framework import BufferConfig, Pipeline, Suppressed, TimeWindows, agg
-from framework.batchjob import main as run
-
-LANDING = "user_events"
-SCHEDULE = td(hours=1)
-
-
-def alerts(version, *more):
-    return (
-        Pipeline("user_alerts", timestamp="ts", arrival="seq", version=version)
-        .group_by("user_id")
-        .windowed_by(TimeWindows.of_size_and_grace(td(hours=1), td(minutes=10)))
-        .aggregate(agg.count("events"), *more)
-        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()).with_name("alerts"))
-        .filter("events < 3")
-        .to("user_alert_windows")
-    )
-
-
-VERSIONS = (alerts(1),)
-PIPELINE = alerts(2, agg.max("seq", "last_seq"))
-
-if __name__ == "__main__":
-    sys.exit(run(PIPELINE, LANDING, versions=VERSIONS))
-'''
+JOB = ROOT / "tests" / "fixtures" / "user_alerts_versions.py"
 
 
 def _hours(first, last):
@@ -78,8 +54,7 @@ def test_a_version_is_built_compared_switched_to_and_back_from_the_command_line(
 
     landing, warehouse = str(tmp_path / "landing"), str(tmp_path / "warehouse")
     sample_data.generate(spark, landing, START, START + 7 * HOUR, tables=("user_events",))
-    job = tmp_path / "user_alerts_versions.py"
-    job.write_text(JOB)
+    job = JOB
     defined = {p.version: p for p in (load_job(str(job)).PIPELINE, *load_job(str(job)).VERSIONS)}
     v1, v2 = defined[1], defined[2]
     wh = ["--warehouse", warehouse]
@@ -248,3 +223,37 @@ def test_an_attempt_of_the_old_version_under_way_is_fenced_out_by_the_switch(spa
     assert all("value" in o or isinstance(o["error"], VersionError) for o in outcomes), outcomes
     assert _committed(rt, v1) == ["b0", "b1"]
     assert _run(rt, v2, 2).status == "committed" and _committed(rt, v2) == ["b0", "b1", "b2"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # three spark-submits under Airflow and two commands: minutes on 2 busy cores
+def test_a_version_switched_between_two_airflow_runs_is_what_readers_read_from_the_next_run(spark, tmp_path):
+    """Airflow runs hours 0 and 1 of version 1; version 2 (one more aggregate) is built and
+    switched to; Airflow's run of hour 2 runs version 2. A reader reads version 1's rows before
+    the switch, version 2's after (the same windows, and the new column); each hour is one
+    batch of the version that ran it and one asset event, none lost or doubled."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "FINALRESULTS", "SPARK_REMOTE"))}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "airflow_versions.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1700,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    assert "version 1 -> 2 from 2026-01-01 02:00:00" in done.stdout, done.stdout[-3000:]
+    before, after = (json.loads((tmp_path / f"{name}.json").read_text()) for name in ("before", "after"))
+    assert "last_seq" not in before["columns"] and "last_seq" in after["columns"]
+    window = lambda r: (r["user_id"], r["window_start"], r["events"], r["emitted_batch_id"])  # noqa: E731
+    earlier = [r for r in after["rows"] if r["emitted_batch_id"] in _hours(0, 2)]
+    assert before["rows"] and sorted(map(window, earlier)) == sorted(map(window, before["rows"]))
+    assert {r["emitted_batch_id"] for r in after["rows"]} - {r["emitted_batch_id"] for r in before["rows"]} == {
+        "2026-01-01T02:00:00"
+    }
+    assert all(r["last_seq"] is not None for r in after["rows"])
+
+    rt, defined = Runtime(spark, str(tmp_path / "warehouse")), load_job(str(tmp_path / "jobs" / "user_alerts.py"))
+    assert _committed(rt, defined.VERSIONS[0]) == _hours(0, 2) and _committed(rt, defined.PIPELINE) == _hours(0, 3)
+    with sqlite3.connect(tmp_path / "airflow" / "airflow.db") as db:
+        extras = [json.loads(extra) for (extra,) in db.execute("SELECT extra FROM asset_event ORDER BY id")]
+    assert [e["batch_id"] for e in extras] == _hours(0, 3)
