@@ -87,6 +87,10 @@ def test_a_version_is_built_compared_switched_to_and_back_from_the_command_line(
     assert "version 1 -> 2 from 2026-01-01 04:00:00" in capsys.readouterr().out
     assert "last_seq" in rt.read_output(v1).columns  # whichever definition a reader holds
     assert "last_seq" not in rt.read_output(v1, version=1).columns  # the old version's table stays
+    assert main(["status", *wh]) == 0  # what the plugin's page shows too: the switch, the last comparison
+    shown = capsys.readouterr().out
+    assert "  versions       switch 1: version 1 -> 2 from 2026-01-01 04:00:00" in shown, shown
+    assert "version 2 against version 1, over the 3 intervals both committed:" in shown, shown
 
     # The next run is version 2's; version 1 refuses a batch of its own.
     assert main(["run", str(job), "--from", (START + 4 * HOUR).isoformat(), *paths]) == 0

@@ -107,6 +107,7 @@ class PipelineStatus:
     totals: dict = field(default_factory=dict)  # records_in, suppression_emit_total, late_records over all batches
     blocked: dict | None = None  # {"batch_id": ..., "gate": Gate as a dict}
     validation: dict | None = None  # the last results-table validation (``outcome.Outcome`` as a dict)
+    versions: list[str] = field(default_factory=list)  # its switches and the last comparison of versions
 
     def to_json(self) -> dict[str, Any]:
         """The status as ``status --json`` prints it (and the plugin reads it), units included."""
@@ -136,9 +137,12 @@ def read(spark: SparkSession, warehouse: str, name: str) -> PipelineStatus:
 
     from ..storage import bookkeeping, files
 
-    root = versions.root(warehouse, name, versions.current(spark, warehouse, name))
+    switches = versions.switches(spark, warehouse, name)
+    root = versions.root(warehouse, name, switches[-1].version if switches else 1)
+    compared = versions.last_comparison(spark, warehouse, name)
+    changes = [s.describe() for s in switches] + (compared.splitlines() if compared else [])
     if not bookkeeping.has_batches(spark, root):
-        return PipelineStatus(name, root)
+        return PipelineStatus(name, root, versions=changes)
     last = bookkeeping.last_committed(spark, root)
     metrics = bookkeeping.read_metrics(spark, root) if last else None
     rows, count, totals = [], 0, {}
@@ -170,6 +174,7 @@ def read(spark: SparkSession, warehouse: str, name: str) -> PipelineStatus:
         totals=totals,
         blocked={"batch_id": failed[-1][0], "gate": asdict(failed[-1][1])} if failed else None,
         validation=asdict(validation) if validation else None,
+        versions=changes,
     )
 
 
@@ -240,6 +245,7 @@ def text(status: PipelineStatus, last: int = 5) -> str:
         )
     if status.validation:
         lines.append(f"  results table  {_validation(status.validation)}")
+    lines += [f"  {'versions' if i == 0 else '':<14} {line}" for i, line in enumerate(status.versions)]
     lines += _blocked_lines(status)
     if status.unpublished:
         lines.append(

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 
 SAMPLE = 10  # rows of differences a comparison shows
+SHOWN = 24  # intervals with differences a comparison lists
 
 
 @dataclass(frozen=True)
@@ -238,7 +239,9 @@ class Comparison:
         ]
         if self.added_columns or self.removed_columns:
             lines.append(f"  columns added {self.added_columns}, removed {self.removed_columns}")
-        lines += [f"  {b}: only old {o}, only new {n}, differ {d}" for b, o, n, d in self.per_interval]
+        lines += [f"  {b}: only old {o}, only new {n}, differ {d}" for b, o, n, d in self.per_interval[:SHOWN]]
+        if len(self.per_interval) > SHOWN:
+            lines.append(f"  ... and {len(self.per_interval) - SHOWN} more intervals with differences")
         lines += [f"  e.g. {row}" for row in self.sample]
         return "\n".join(lines)
 

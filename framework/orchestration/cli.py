@@ -437,13 +437,18 @@ def cmd_versions_compare(args: argparse.Namespace) -> int:
     """Version ``--version``'s final rows against the pipeline's (or ``--against``'s)."""
     from ..operations import versions as versioning
     from ..operations.runtime import Runtime
+    from ..storage import versions
 
     job = load_job(args.job)
     defined = _defining(job, args.version)
     spark = _spark(args, f"{job.PIPELINE.name}-compare")
     rt = Runtime(spark, args.warehouse)
     against = defined[args.against] if args.against else current_pipeline(spark, args.warehouse, defined)
-    print(versioning.compare(rt, against, defined[args.version]).describe())
+    compared = versioning.compare(rt, against, defined[args.version]).describe()
+    print(compared)
+    with _leaving_status(spark, args.warehouse, job.PIPELINE.name) as changed:  # the plugin's page shows it
+        versions.keep_comparison(spark, args.warehouse, job.PIPELINE.name, compared)
+        changed.append(True)
     return 0
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pyspark.sql import SparkSession
 
 from ..execution.streamtime import to_datetime
-from . import tables, writes
+from . import files, tables, writes
 
 FOLDER = "_versions"
 SWITCH_APP = "finalresults-switch"  # Delta txnAppId of the switches table's rows
@@ -33,6 +33,20 @@ def root(warehouse: str, name: str, version: int) -> str:
 
 def switches_path(warehouse: str, name: str) -> str:
     return f"{warehouse.rstrip('/')}/{name}/{FOLDER}/switches"
+
+
+def _compared_path(warehouse: str, name: str) -> str:
+    return f"{warehouse.rstrip('/')}/{name}/{FOLDER}/compared.txt"
+
+
+def keep_comparison(spark: SparkSession, warehouse: str, name: str, text: str) -> None:
+    """Keep the last comparison of two versions, as ``versions compare`` printed it, for the
+    status (and the Airflow plugin's page, which reads the status) to show."""
+    files.put_text(spark, _compared_path(warehouse, name), text)
+
+
+def last_comparison(spark: SparkSession, warehouse: str, name: str) -> str | None:
+    return files.get_text(spark, _compared_path(warehouse, name))
 
 
 @dataclass(frozen=True)
