@@ -6,8 +6,9 @@ execution API server, the scheduler (LocalExecutor, no log server) and the dag-p
 separate processes (each in its own process group, killed at the end whatever happens). The
 backfill DAG of ``user_alerts``, triggered with params, runs two hourly intervals in one chunk
 and records each as its batch; ``airflow backfill create`` for the same intervals then runs the
-pipeline DAG, whose runs report them already committed; then its replay DAG, triggered with
-params, replays the last batch. The pipeline DAG ends where the backfill does, so every run of it
+pipeline DAG, whose runs end at their first task (``covered_check``: committed, valid, landing
+unchanged) with no Spark job; then its replay DAG, triggered with params, replays the last batch.
+The pipeline DAG ends where the backfill does, so every run of it
 is the backfill's. Data-aware downstream (docs/design.md#downstream): the gates' asset events (the
 backfill's one per interval) trigger ``user_alert_notifications``, which puts each final row in
 its outbox once, also when its task is retried.
@@ -207,8 +208,8 @@ def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays
     )
     spans = {(interval, task): (begin, end) for interval, task, begin, end in tasks}
     intervals = [r[2] for r in runs]
-    for earlier, later in zip(intervals, intervals[1:]):  # each batch starts after the previous gate ended
-        assert spans[(later, "spark_batch")][0] >= spans[(earlier, "quality_gate")][1]
+    for earlier, later in zip(intervals, intervals[1:]):  # each run starts after the previous one ended
+        assert spans[(later, "covered_check")][0] >= spans[(earlier, "covered_check")][1]
     _ran_hours_like_one_batch(spark, tmp_path, HOURS)
     _caught_up_in_one_run(tmp_path)
     ledger = bookkeeping.read_ledger(spark, str(tmp_path / "warehouse" / DAG_ID))
@@ -219,18 +220,21 @@ def test_airflow_backfill_runs_a_new_pipeline_in_order_then_a_replay_dag_replays
 
 def _caught_up_in_one_run(root: Path) -> None:
     """The backfill run's task log has a line per interval it committed and a progress line for
-    its one chunk; every pipeline DAG run after it found its interval committed."""
+    its one chunk; every pipeline DAG run after it found its interval committed without Spark: its
+    ``covered_check`` said so, and its Spark task and gate were skipped."""
     task = root / "airflow" / "logs" / f"dag_id={DAG_ID}_backfill"
     said = "\n".join(f.read_text() for f in sorted(task.rglob("task_id=spark_backfill/*.log")))
     hours = [f"{START + dt.timedelta(hours=h):%Y-%m-%dT%H:%M:%S}" for h in range(HOURS)]
     for hour in hours:
         assert f"batch {hour}: committed (seq" in said, said[-3000:]
     assert f"{HOURS}/{HOURS} intervals" in said and f"({hours[0]}..{hours[-1]}: one chunk)" in said, said[-3000:]
-    runs = (root / "airflow" / "logs" / f"dag_id={DAG_ID}").rglob("task_id=spark_batch/*.log")
-    batch_logs = "\n".join(f.read_text() for f in sorted(runs))
+    checks = (root / "airflow" / "logs" / f"dag_id={DAG_ID}").rglob("task_id=covered_check/*.log")
+    check_logs = "\n".join(f.read_text() for f in sorted(checks))
     for hour in hours:
-        assert f"batch {hour}: already committed (seq" in batch_logs, batch_logs[-3000:]
-    assert ": committed (seq" not in batch_logs
+        assert f"batch {hour!r} is committed and its results passed validation" in check_logs, check_logs[-3000:]
+    states = _query(root, "SELECT task_id, state FROM task_instance WHERE dag_id = ?", DAG_ID)
+    skipped = [("covered_check", "success"), ("quality_gate", "skipped"), ("spark_batch", "skipped")]
+    assert sorted(set(states)) == skipped, states
 
 
 def _notified(root: Path, tries: int) -> bool:
@@ -258,19 +262,15 @@ def _outbox(spark, root: Path) -> list:
 
 def _notified_once_per_final_row(spark, root: Path, runs: list, delivered: list) -> None:
     """The backfill's gate emitted an asset event per interval, its batch id the partition key;
-    each pipeline run's gate then one naming its batch; the downstream DAG put each final row of
-    those batches in the outbox once, and its retry added nothing."""
+    the pipeline runs that found their batches committed emitted none more; the downstream DAG put
+    each final row of those batches in the outbox once, and its retry added nothing."""
     rows = _query(root, "SELECT extra, partition_key FROM asset_event ORDER BY id")
     backfill, events = rows[:HOURS], [json.loads(extra) for extra, _ in rows[HOURS:]]
+    assert events == [], events
     assert sorted(key for _, key in backfill) == [r[2][:19].replace(" ", "T") for r in runs]
     whole = f"{runs[0][2][:19]}..{runs[-1][2][:19]}".replace(" ", "T")
     assert {json.loads(extra)["backfill"] for extra, _ in backfill} == {whole}
     results = spark.read.format("delta").load(str(root / "warehouse" / DAG_ID / "user_alert_windows"))
-    published = {r.emitted_batch_id: r["count"] for r in results.groupBy("emitted_batch_id").count().collect()}
-    assert [(e["batch_id"], e["seq"], e["rows_published"]) for e in events] == [
-        (start[:19].replace(" ", "T"), seq, published.get(start[:19].replace(" ", "T"), 0))
-        for seq, (_, _, start) in enumerate(runs, 1)
-    ]
     keys = lambda rows: sorted((r.user_id, r.window_start, r.window_end) for r in rows)  # noqa: E731
     assert delivered and keys(delivered) == keys(results.collect())
     again = _outbox(spark, root)

@@ -42,7 +42,7 @@ def validate_results(spark: SparkSession, p: Pipeline, warehouse: str) -> Report
         raise FrameworkError(f"pipeline {p.name!r}: no committed batch under {warehouse}: nothing to validate")
     if not tables.exists(spark, rt.tables(p).output):
         return None
-    return quality.validate_table(spark, p, rt.read_output(p), warehouse_root=warehouse)
+    return quality.validate_table(spark, p, rt.read_output(p, version=p.version), warehouse_root=warehouse)
 
 
 def _validate_since(

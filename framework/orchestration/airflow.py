@@ -49,14 +49,14 @@ from urllib.parse import urlparse
 
 try:
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-    from airflow.providers.standard.operators.python import PythonOperator
+    from airflow.providers.standard.operators.python import PythonOperator, ShortCircuitOperator
     from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, DeltaDataIntervalTimetable, Param
 except ModuleNotFoundError as e:  # Airflow is an extra: Spark jobs on a cluster do not need it
     raise ImportError(f"framework.airflow needs Airflow: pip install 'finalresults[airflow]' ({e})") from e
 
 from ..definition.pipeline import Pipeline
 from ..errors import FrameworkError, QualityGateError
-from ..operations import outcome
+from ..operations import covered, outcome
 from ..storage import jars
 from .jobs import batch_id, load_job, parse_time
 
@@ -109,6 +109,22 @@ def published_batches(context: Mapping[str, Any], asset: Asset) -> list[dict]:
         elif extra.get("backfill") and getattr(e, "partition_key", None):
             batches.setdefault(e.partition_key, {"pipeline": extra.get("pipeline"), "batch_id": e.partition_key})
     return sorted(batches.values(), key=lambda b: b["batch_id"])  # a pipeline's batch ids increase with seq
+
+
+def covered_check(job: str, warehouse: str, landing: str, batch_start: str) -> bool:
+    """Task callable (``ShortCircuitOperator``): False, ending the run with its other tasks
+    skipped, when the run's batch is committed, its results passed validation and the landing
+    table has not changed since (``operations.covered``): a backfill covered it, or the run is a
+    cleared one; the job would only say "already committed". No Spark: files only, in seconds."""
+    found = load_job(job)
+    why = covered.covers(
+        warehouse,
+        found.PIPELINE.name,
+        batch_id(parse_time(batch_start, "batch start")),
+        os.path.join(landing, found.LANDING),
+    )
+    log.info(why or "the batch is not known committed with the landing table as it is: the job runs")
+    return why is None
 
 
 def quality_gate(job: str, warehouse: str, batch_start: str | None = None, kind: str = "batch", **context: Any) -> None:
@@ -322,8 +338,10 @@ def pipeline_dag(
     packages: str | None = DELTA_PACKAGE,
     dag_file: str | None = None,
 ) -> DAG:
-    """A DAG running ``job_module`` once per data interval: ``spark_batch`` (spark-submit of the
-    job for the interval) then ``quality_gate``, whose results-asset event names the batch.
+    """A DAG running ``job_module`` once per data interval: ``covered_check`` (no Spark: the run
+    ends there when its batch is committed, valid and its landing records unchanged, as after a
+    backfill), ``spark_batch`` (spark-submit of the job for the interval) then ``quality_gate``,
+    whose results-asset event names the batch.
 
     :param job_module: the job, a ``jobs/<name>.py`` path or a dotted module name; its
         ``PIPELINE`` is the pipeline, its ``SCHEDULE`` the default ``schedule``.
@@ -406,8 +424,14 @@ def pipeline_dag(
         # later interval triggered first): its batch skips the records of the interval between
         params={"allow_gap": False},
     ) as dag:
+        check = ShortCircuitOperator(
+            task_id="covered_check",
+            python_callable=covered_check,
+            op_kwargs={"job": application, "warehouse": warehouse, "landing": landing, "batch_start": INTERVAL_START},
+            ignore_downstream_trigger_rules=True,
+        )
         batch = _spark_task("spark_batch", job, application, arguments, **spark)
-        batch >> _gate(application, warehouse, kind="batch", outlet=_results_asset(pipeline, warehouse))
+        check >> batch >> _gate(application, warehouse, kind="batch", outlet=_results_asset(pipeline, warehouse))
     return _defined_in(dag, dag_file)
 
 

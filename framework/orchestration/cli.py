@@ -383,9 +383,11 @@ def cmd_describe(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..operations.validation import validate_results
 
-    pipeline = load_job(args.job).PIPELINE
+    job = load_job(args.job)
     _check_folder(args.warehouse, "--warehouse", writes=True)  # validation results go to the warehouse
-    report = validate_results(_spark(args, f"{pipeline.name}-validate"), pipeline, args.warehouse)
+    spark = _spark(args, f"{job.PIPELINE.name}-validate")
+    pipeline = current_pipeline(spark, args.warehouse, job_versions(job))
+    report = validate_results(spark, pipeline, args.warehouse)
     if report is None:
         print(f"{pipeline.name}: no result emitted yet: nothing to validate")
         return 0
@@ -721,6 +723,13 @@ def job_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
+def _batch_ids(ran: BatchResult | ReplayResult | list[BatchResult]) -> list[str]:
+    """The batch ids a job's run committed or found committed."""
+    if isinstance(ran, list):
+        return [r.batch_id for r in ran]
+    return [r.batch_id for r in ran.batches] if hasattr(ran, "batches") else [ran.batch_id]
+
+
 def _version() -> str:
     try:
         return version("finalresults")
@@ -780,34 +789,37 @@ def job_main(pipeline: Pipeline, table: str, argv: list[str] | None = None, vers
     try:
         start = parse_time(args.start, args.start_flag)
         end = parse_time(args.end, args.end_flag) if args.end else None
+        from ..operations import covered
         from ..operations.validation import after_run
+        from ..storage import tables
         from ..storage.session import spark_session
 
+        every = parse_duration(args.every or "") if args.replay or args.backfill else None
+        if end is None and not args.replay:
+            raise JobError(f"{args.end_flag} is required (unless --replay)")
+        todo = intervals(start, end, every) if args.backfill and end is not None and every is not None else []
+        if end is not None and every is None:
+            check_interval(pipeline, start, end)
+        kind = "-replay" if args.replay else "-backfill" if args.backfill else ""
+        start_importing_quality()  # the batches' audits and the table's validation need it
+        spark = spark_session(f"finalresults-{pipeline.name}{kind}", metastore=args.metastore)
+        pipeline = current_pipeline(spark, args.warehouse, versions_of(pipeline, versions))
+        landing = os.path.join(args.landing, table)
+        read_at = tables.latest_version(spark, landing)  # what covered.json vouches for (before the read)
         ran: BatchResult | ReplayResult | list[BatchResult]
-        defined = versions_of(pipeline, versions)
         if args.replay:
-            every = parse_duration(args.every or "")
-            start_importing_quality()  # the replayed batches' audits and the table's validation need it
-            spark = spark_session(f"finalresults-{pipeline.name}-replay", metastore=args.metastore)
-            pipeline = current_pipeline(spark, args.warehouse, defined)
+            assert every is not None  # parsed above
             ran = replay_intervals(spark, pipeline, table, start, end, every, args.warehouse, args.landing)
             print(replay_summary(ran, start))
-        elif end is None:
-            raise JobError(f"{args.end_flag} is required (unless --replay)")
         elif args.backfill:
-            todo = intervals(start, end, parse_duration(args.every or ""))
-            start_importing_quality()  # the batches' audits and the table's validation need it
-            spark = spark_session(f"finalresults-{pipeline.name}-backfill", metastore=args.metastore)
-            pipeline = current_pipeline(spark, args.warehouse, defined)
             ran = _backfill(spark, pipeline, table, todo, args, [], sys.argv[0])
         else:
-            check_interval(pipeline, start, end)
-            start_importing_quality()  # the batch's audit and the table's validation need it
-            spark = spark_session(f"finalresults-{pipeline.name}", metastore=args.metastore)
-            pipeline = current_pipeline(spark, args.warehouse, defined)
             ran = _one_batch(spark, pipeline, table, start, end, args, sys.argv[0])
             print(summary(ran))
-        print(gate_summary(after_run(spark, pipeline, args.warehouse, ran, args.run_id)))
+        found = after_run(spark, pipeline, args.warehouse, ran, args.run_id)
+        print(gate_summary(found))
+        if found.success and read_at is not None:
+            covered.record(spark, args.warehouse, pipeline.name, landing, read_at, _batch_ids(ran))
         return 0
     except FrameworkError as e:
         return _failed(e, verbose=False)
