@@ -675,8 +675,18 @@ def main(argv=None) -> int:
             endpoint, seen = stack.enter_context(proxy(server.endpoint, s3_faults(args.s3_chance), seed=args.seed))
             faulty = server.behind(endpoint, "faulty")  # the soaked warehouse's bucket; the clean one's is direct
             conf.update({**server.spark_conf(), **faulty.spark_conf()})
-            waits = ("retry.interval", "retry.throttle.interval")  # s3a's, before a retry: 500 ms and up by default
-            retries = {f"spark.hadoop.fs.s3a.{key}": f"{args.s3_retry_ms}ms" for key in waits}
+            # The faults come far more often than S3's: s3a retries them itself, soon (500 ms and up by
+            # default, on top of the SDK's own retries and backoff), and a request left unanswered
+            # fails at s3a's floor of 15 s, not its 200 s default.
+            waits = ("retry.interval", "retry.throttle.interval")
+            retries = {f"spark.hadoop.fs.s3a.{key}": f"{args.s3_retry_ms}ms" for key in waits} | {
+                f"spark.hadoop.fs.s3a.{key}": value
+                for key, value in (
+                    ("attempts.maximum", "0"),
+                    ("connection.timeout", "15s"),
+                    ("connection.request.timeout", "15s"),
+                )
+            }
             conf.update(retries)
             env = child_env(faulty)
             env["FINALRESULTS_TEST_CONF"] = json.dumps({**json.loads(env["FINALRESULTS_TEST_CONF"]), **retries})
