@@ -206,15 +206,15 @@ class Crash(Exception):
     pass
 
 
-def _pipeline(name):
-    return (
+def _pipeline(name, merged=False):
+    """The test pipeline: final results, or (``merged``) an emit-on-update sink MERGEd batch by batch."""
+    p = (
         Pipeline(name, timestamp="ts", arrival="seq")
         .group_by("k")
         .windowed_by(TimeWindows.of_size_and_grace(10, 2))
         .aggregate(*AGGREGATES)
-        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
-        .to("out")
     )
+    return (p if merged else p.suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))).to("out")
 
 
 def _one_by_one(spark, lake, p, intervals, split=SPLIT):
@@ -289,11 +289,14 @@ def test_an_interval_of_a_committed_chunk_run_alone_and_two_ranges_at_once(spark
         rt.run_batch(p, third.batch_id, mine.withColumn("v", F.col("v") + 1), batch_end=third.end)
 
 
-def test_a_replay_of_a_chunked_range_runs_in_chunks_and_starts_at_a_chunk(spark, tmp_path):
+@pytest.mark.parametrize("merged", [False, True], ids=["final", "merged-sink"])
+def test_a_replay_of_a_chunked_range_runs_in_chunks_and_starts_at_a_chunk(spark, tmp_path, merged):
     """A range committed as one chunk is replayed with corrected input (``replay_range``, in
-    chunks): the committed tables are those of a first run of the corrected input one by one. A
-    replay from inside the chunk is refused, naming the chunk: the state before it was never kept."""
-    intervals, p = _intervals(len(SPLIT)), _pipeline("chunk_replay")
+    chunks): the committed tables are those of a first run of the corrected input one by one, for
+    final results and for an emit-on-update sink (restored to its version before the range, then
+    MERGEd chunk by chunk). A replay from inside the chunk is refused, naming the chunk: the state
+    before it was never kept."""
+    intervals, p = _intervals(len(SPLIT)), _pipeline("chunk_replay", merged)
     fixed = [[(k, ts, v + 10 if k == "A" else v) for k, ts, v in batch] for batch in SPLIT]
     rt = Runtime(spark.newSession(), str(tmp_path / "replayed"), quality=False)
     rt.run_range(p, _range(rt, intervals, SPLIT))
