@@ -460,6 +460,52 @@ def test_a_replay_from_a_thin_client_equals_a_clean_run_of_the_fixed_input(spark
     assert readers_see(replayed) == readers_see(clean) != before
 
 
+VERSIONS = """
+import json, sys
+from framework import Runtime, VersionSwitchedError, spark_session
+from framework.operations import versions
+from harness import frame, unsunk
+
+warehouse, batches = sys.argv[1], json.loads(sys.argv[2])
+spark = spark_session("connect-versions")
+v1, v2 = unsunk("versioned").to("out"), unsunk("versioned", version=2).to("out")
+follower, rt = Runtime(spark, warehouse, quality=False, following=True), Runtime(spark, warehouse, quality=False)
+for i in (0, 1):
+    follower.run_batch(v2, f"b000{i}", frame(spark, batches[i], sum(len(b) for b in batches[:i])))
+switched = versions.switch(rt, {1: v1, 2: v2}, 2)
+third = frame(spark, batches[2], len(batches[0]) + len(batches[1]))
+try:
+    rt.run_batch(v1, "b0002", third)
+    refused = None
+except VersionSwitchedError as e:
+    refused = type(e).__name__
+ran = rt.run_batch(v2, "b0002", third).status
+print(json.dumps({"switch": [switched.previous, switched.version], "refused": refused, "ran": ran}))
+"""
+
+
+def test_a_thin_client_builds_a_version_and_switches_to_it(spark, server, tmp_path):
+    """A thin client builds version 2 of a pipeline whose version 1 classic batches ran, switches
+    to it, and runs the next batch on it; version 1 refuses that batch. Read classically, the
+    pipeline's results are version 2's, equal to a clean run of the three batches."""
+    from test_exactly_once import BATCHES
+
+    warehouse = str(tmp_path / "lake")
+    v1, v2 = unsunk("versioned").to("out"), unsunk("versioned", version=2).to("out")
+    rt = Runtime(spark, warehouse, quality=False)
+    run_stream(rt, v1, BATCHES[:2])
+    done = _client(server, VERSIONS, warehouse, json.dumps(BATCHES))
+    assert done == {"switch": [1, 2], "refused": "VersionSwitchedError", "ran": "committed"}
+    clean = Runtime(spark, str(tmp_path / "clean"), quality=False)
+    run_stream(clean, v1, BATCHES)
+    assert rt.current_version(v1) == 2 and results(rt, v1) == results(clean, v1)
+    committed = {
+        p.version: sorted(r.batch_id for r in rt.read_ledger(p).filter("status = 'committed'").collect())
+        for p in (v1, v2)
+    }
+    assert committed == {1: ["b0000", "b0001"], 2: ["b0000", "b0001", "b0002"]}
+
+
 def test_the_command_line_runs_as_a_thin_client(spark, server, tmp_path):
     """``finalresults backfill``, ``status --live``, ``validate`` and ``replay`` with ``--remote``:
     each runs over the Connect server (the batches' audits and the validation included), and a
