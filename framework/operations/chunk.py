@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 
 from ..definition.columns import INTERVAL, LATE_BUCKET, REJECTED_BUCKET, STREAM_BEFORE, TS
 from ..definition.pipeline import Pipeline
-from ..definition.windows import SessionWindows, TimeWindows
+from ..definition.windows import SessionWindows, SlidingWindows, TimeWindows
 from ..errors import ConcurrentBatchError, FrameworkError, InputError, QualityGateError
 from ..execution import plans
 from ..execution.batch import Batch, Effect, strict
@@ -86,19 +86,19 @@ def chunk_refusal(p: Pipeline) -> str | None:
     """Why a range of ``p`` runs interval by interval; None when it runs in chunks.
 
     A chunk attributes each closed window to the interval whose stream time closed it and
-    counts each interval's open windows: that is exact for time windows and sessions with final
-    results (sessions from the members of each, ``session.open_per_interval``), and for a MERGEd
-    sink of time windows (each window's last value, by the last interval that updated it).
-    Sliding windows create windows record by record (an interval's open-window count needs the
-    fold's state after each interval), a session's MERGEd sink gets tombstones interval by
-    interval, a rate-limited buffer emits at times its own order decides, and a strict bounded
-    buffer is measured after every record: those still run one batch per interval."""
-    if not isinstance(p.windows, (TimeWindows, SessionWindows)):
-        return "a chunk counts time windows and sessions only; sliding windows and plain tables run per interval"
+    counts each interval's open windows: that is exact for time, sliding and session windows
+    with final results (sliding windows from the record that created each, sessions from the
+    members of each, ``session.open_per_interval``), and for a MERGEd sink of time windows (each
+    window's last value, by the last interval that updated it). The MERGEd sinks of sliding and
+    session windows (updates record by record, tombstones interval by interval), a rate-limited
+    buffer (it emits at times its own order decides) and a strict bounded buffer (measured after
+    every record) still run one batch per interval."""
+    if not isinstance(p.windows, (TimeWindows, SessionWindows, SlidingWindows)):
+        return "a chunk counts windows only; plain tables run per interval"
     if p.emission.buffered:
         return "a rate-limiting buffer emits at times its own order decides; it runs per interval"
     if not p.emission.final and not isinstance(p.windows, TimeWindows):
-        return "a chunk updates a MERGEd sink of time windows only; sessions' updates run per interval"
+        return "a chunk updates a MERGEd sink of time windows only; other windows' updates run per interval"
     if strict(p):
         return "a buffer that shuts down when full is measured after every record; it runs per interval"
     return None
@@ -257,7 +257,7 @@ class ChunkAttempt(BatchAttempt):
         (``"batch"``); each closed window goes to the interval whose stream time after it first
         reached the window's close time. Counted per interval in one query."""
         s, p, w = self.s, self.p, self.p.windows
-        assert isinstance(w, (TimeWindows, SessionWindows)) and self.seen is not None  # chunk_refusal; step 1
+        assert isinstance(w, (TimeWindows, SessionWindows, SlidingWindows)) and self.seen is not None  # step 1
         stb = self.last.stream_time if self.last else None
         befores = [NO_TIME if b is None else b for b, _ in times]
         afters = [NO_TIME if a is None else a for _, a in times]

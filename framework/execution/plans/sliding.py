@@ -18,6 +18,7 @@ from ...definition.columns import (
     BUCKET,
     CLOSE,
     GONE,
+    INTERVAL,
     MAX_TS,
     POS,
     STREAM_AFTER,
@@ -40,6 +41,7 @@ from ..batch import (
     running_updates,
     wants_updates,
 )
+from ..streamtime import NO_TIME
 
 
 def plan(b: Batch, w: SlidingWindows) -> Effect:
@@ -71,7 +73,7 @@ def plan(b: Batch, w: SlidingWindows) -> Effect:
         .withColumn(BUCKET, b.bucket())
         .select(*stored.columns)
     )
-    forget = F.col("window_start") < F.lit(b.time_after - w.held_ms())
+    forget = F.col("window_start") < F.lit(max(b.time_after - w.held_ms(), NO_TIME))  # a chunk of empty intervals: none
     changes = changed.withColumn(GONE, forget).unionByName(
         stored.filter(forget).join(changed.select(*ident), ident, "left_anti").withColumn(GONE, F.lit(True))
     )
@@ -98,8 +100,22 @@ def plan(b: Batch, w: SlidingWindows) -> Effect:
         counted=counted,
         counters=counters(F.col("_drops"), late),
         open_windows=current.filter(F.col(CLOSE) > b.time_after).select(*ident),
+        opened=_created(recs, folded, changed_at, old, ident) if INTERVAL in recs.columns else None,
         updates=updates,
     )
+
+
+def _created(recs: DataFrame, folded: DataFrame, changed_at: DataFrame, old: DataFrame, ident: list[str]) -> DataFrame:
+    """A chunk's new windows (not in state before it), each with the interval that created it:
+    that of the first record that landed in it, or that created it as a copy of the window
+    holding later records (its right window: it holds none of its own)."""
+    keys = [c for c in ident if c != "window_start"]
+    out = F.col("_out")
+    by: list[str | Column] = [*keys, F.col("_start").alias("window_start"), F.col("_id").alias(POS)]
+    creators = folded.filter(((out == fold.MEMBER) & (F.col("_n") == 1)) | (out == fold.COPY)).select(*by)
+    at = creators.join(recs.select(*keys, POS, INTERVAL), [*keys, POS])
+    new = changed_at.select(*ident).join(old.select(*ident), ident, "left_anti")
+    return at.groupBy(*ident).agg(F.min(INTERVAL).alias(INTERVAL)).join(new, ident, "left_semi")
 
 
 def _update_rows(
