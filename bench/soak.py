@@ -380,6 +380,11 @@ class Soak:
             else:
                 self.faults["stop"] += 1
                 self.expect_fenced(first, retry, point)
+            # Frozen past spark.network.timeout, the child's driver dropped its own (local) executor:
+            # its heartbeater gives up 60 tries later and exits the JVM, failing whatever batch
+            # then runs. As a frozen Spark driver in production, it is spent: the next stop gets a new one.
+            self.worker.kill()
+            self.worker.start()
         elif first.startswith("ERROR"):  # no pause, no retry: the batch failed with no fault of ours
             trace = self.worker.log.read_text()[-2000:]  # the scratch folder goes when the soak ends
             self.mismatches.append(f"an unpaused batch failed in the child: {first}; its log ends:\n{trace}")
