@@ -113,6 +113,29 @@ def with_stream_time(
     return out.localCheckpoint(eager=True), after
 
 
+def within_intervals(
+    df: DataFrame, order: list[str], timestamp_ms: str, interval: str, seq: Column, before: Column, per_record: bool
+) -> DataFrame:
+    """``with_stream_time`` for a chunk of a range: each interval's records (``interval``) are
+    scanned on their own, from the stream time ``before`` it, in their batch ``seq``. A chunk's
+    intervals are many and alike in size, so they are the scan's partitions: no sampled range
+    partitioning, no per-partition prefix, one materialization instead of two (half of a week's
+    chunk went to the batch's scan). A record's position counts within its interval, offset by
+    the interval (``POS_STRIDE``), so positions stay unique in the chunk and ordered as arrival."""
+    w = Window.partitionBy(interval).orderBy(*order)
+    local_before = F.max(timestamp_ms).over(w.rowsBetween(Window.unboundedPreceding, -1))
+    sb = F.greatest(before, F.coalesce(local_before, F.lit(NO_TIME))) if per_record else before
+    pos = F.col(interval).cast("long") * POS_STRIDE + F.row_number().over(w) - 1
+    return (
+        df.withColumn(STREAM_BEFORE, sb.cast("long"))
+        .withColumn(ARRIVAL, F.struct(seq.cast("long").alias("seq"), pos.cast("long").alias("pos")))
+        .localCheckpoint(eager=True)
+    )
+
+
+POS_STRIDE = 2**40  # positions an interval of a chunk can hold (a trillion records)
+
+
 def at_batch_start(
     df: DataFrame, stream_time_before: int | None, batch_max: int | None
 ) -> tuple[DataFrame, int | None]:
@@ -124,19 +147,26 @@ def at_batch_start(
     return df.withColumn(STREAM_BEFORE, F.lit(prev).cast("long")), None if after == NO_TIME else after
 
 
-def first_reaching(value: Column, thresholds: list[int]) -> Column:
-    """The index of the first of the nondecreasing ``thresholds`` that is at least ``value``
-    (``len(thresholds)`` when none is): the interval of a chunk whose stream time after it
-    first reaches a window's close time. A binary search written as nested ``CASE``
-    expressions, so a row takes about log2(n) comparisons, all compiled, and no join."""
+def first_reaching(value: str, thresholds: list[int]) -> Column:
+    """The index of the first of the nondecreasing ``thresholds`` that is at least ``value`` (a
+    SQL expression; ``len(thresholds)`` when none is): the interval of a chunk whose stream time
+    after it first reaches a window's close time. A binary search written as nested ``CASE``
+    expressions, so a row takes about log2(n) comparisons, all compiled, and no join; built as
+    one SQL text, as a tree of ``Column`` calls costs a round trip to the JVM a node (over a
+    second for a chunk of a week of hours)."""
 
-    def search(lo: int, hi: int) -> Column:  # the answer is in [lo, hi]
+    def search(lo: int, hi: int) -> str:  # the answer is in [lo, hi]
         if lo == hi:
-            return F.lit(lo)
+            return str(lo)
         mid = (lo + hi) // 2
-        return F.when(value <= F.lit(thresholds[mid]), search(lo, mid)).otherwise(search(mid + 1, hi))
+        return f"CASE WHEN {value} <= {_long(thresholds[mid])} THEN {search(lo, mid)} ELSE {search(mid + 1, hi)} END"
 
-    return search(0, len(thresholds))
+    return F.expr(search(0, len(thresholds)))
+
+
+def _long(t: int) -> str:
+    """``t`` as a SQL bigint literal (the smallest long has no literal of its own)."""
+    return f"{t}L" if t != NO_TIME else f"({NO_TIME + 1}L - 1L)"
 
 
 def pick(index: Column, values: list) -> Column:

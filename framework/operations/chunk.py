@@ -39,9 +39,11 @@ from ..execution.streamtime import (
     pick,
     to_epoch_millis,
     with_stream_time,
+    within_intervals,
 )
 from ..storage import entries, files, ledger, metrics, sinks, state, tables
 from ..storage.ledger import LedgerRow, Status
+from ..storage.sqltext import quoted
 from .attempt import ATTEMPTED, BatchAttempt, BatchResult, other_input, result_of
 from .planning import SCAN_RECORDS_PER_PARTITION, Counted, Kept, Plan, definition, tallied
 from .planning import metrics as metrics_of
@@ -219,13 +221,15 @@ class ChunkAttempt(BatchAttempt):
         self.steps.step = "validating the input"
         each = []
         for k, iv in enumerate(self.intervals):
-            one = dataclasses.replace(  # the interval's records, with its batch's own checks (by index)
+            summary = summaries.get(k) or _empty(checked)
+            failing = any(summary[f"failed_{i}"] for i in range(len(checked.checks)))
+            one = dataclasses.replace(  # the interval's records, with its batch's own checks where one fails
                 checked,
                 batch_id=iv.batch_id,
                 frame=checked.frame.filter(F.col(INTERVAL) == k),
-                checks=record_checks(self.p, self.s.latest_ms(iv.end)),
+                checks=record_checks(self.p, self.s.latest_ms(iv.end)) if failing else checked.checks,
             )
-            each.append(one.validated(summaries.get(k) or _empty(checked)))
+            each.append(one.validated(summary))
         total = _empty(checked)
         for row in summaries.values():
             for name, value in row.items():
@@ -275,7 +279,8 @@ class ChunkAttempt(BatchAttempt):
             input_columns=inp.columns,
         )
         effect = plans.effect_of(batch)
-        closing = first_reaching(w.close(F.col("window_end")), afters)
+        grace = w.close_after_end_ms()  # a window closes when end + grace <= stream time: end <= time - grace
+        closing = first_reaching("window_end", [a if a == NO_TIME else a - grace for a in afters])
         if p.emission.final:  # each closed window, by the interval that closed it
             results = kept(effect.results.withColumn(INTERVAL, closing))
             effect = dataclasses.replace(effect, results=results, closed=results)
@@ -360,14 +365,17 @@ class ChunkAttempt(BatchAttempt):
     def _with_stream_time(self, inp: BatchInput, stb: int | None, befores: list[int]) -> DataFrame:
         """The chunk's records with ``STREAM_BEFORE`` (and ``ARRIVAL``, interval first, where
         the plan needs arrival order): never below the stream time before the record's interval,
-        which holds the idle advance of the intervals before it."""
+        which holds the idle advance of the intervals before it. One interval is scanned as its
+        batch would be (in parallel over its records); many, each on its own."""
         p, frame, before = self.p, inp.frame, pick(F.col(INTERVAL), befores)
         if not plans.needs_order(p):
             return frame.withColumn(STREAM_BEFORE, before.cast("long"))
-        order = [INTERVAL, *arrival_order(frame, TS, p.arrival, p.keys)]
-        parallelism = max(1, min(self.s.partitions, inp.count // SCAN_RECORDS_PER_PARTITION))
+        order = arrival_order(frame, TS, p.arrival, p.keys)
         seq = F.lit(self.seq) + F.col(INTERVAL)
         per_record = p.lateness == "record"
+        if len(self.intervals) > 1:
+            return within_intervals(frame, order, TS, INTERVAL, seq, before, per_record)
+        parallelism = max(1, min(self.s.partitions, inp.count // SCAN_RECORDS_PER_PARTITION))
         records, _ = with_stream_time(frame, order, TS, seq, stb, per_record, parallelism, inp.max_ts)
         judged = F.greatest(STREAM_BEFORE, before) if per_record else before
         return records.withColumn(STREAM_BEFORE, judged.cast("long"))
@@ -463,6 +471,11 @@ def _by_interval(row: dict, n: int, name: str, missing):
 
 
 CHUNK_RECORDS = 2_000_000  # records a chunk holds at most by default (an interval holding more is a chunk)
+# Intervals a chunk holds at most: a chunk's plan picks each row's interval by a search over
+# the chunk's interval bounds, compiled inline where Spark uses it; past this, a query's
+# generated code outgrew the JVM's 64 KB method limit (a week of hours compiled, a month did not),
+# and Spark ran it interpreted after logging an ERROR.
+CHUNK_INTERVALS = 168
 Progress = Callable[[list[BatchResult], str], None]  # a chunk's (or an interval's) results, and how it ran
 
 
@@ -530,17 +543,24 @@ def in_range(arrived: str, intervals: list[Interval]) -> Column:
 def placed(arrived: str, intervals: list[Interval]) -> Column:
     """The index of the interval of ``intervals`` (consecutive) a record's ``arrived`` time
     falls in; ``len(intervals)`` after the last (records before the first are not asked)."""
-    return first_reaching(F.unix_micros(F.col(arrived).cast("timestamp")) + 1, [_micros(iv.end) for iv in intervals])
+    micros = f"unix_micros(CAST({quoted(arrived)} AS TIMESTAMP))"
+    return first_reaching(micros, [_micros(iv.end) - 1 for iv in intervals])  # before the end: at most end - 1
 
 
 def split(intervals: list[Interval], records: list[int], committed: set[str], bound: int) -> list[list[Interval]]:
     """Consecutive ``intervals`` (holding ``records`` each) in chunks of at most ``bound``
-    records (an interval holding more is a chunk of its own), committed intervals apart from
-    the others: a chunk is all committed (each reports 'already committed') or none is."""
+    records (an interval holding more is a chunk of its own) and ``CHUNK_INTERVALS`` intervals,
+    committed intervals apart from the others: a chunk is all committed (each reports 'already
+    committed') or none is."""
     out: list[list[Interval]] = []
     size = 0
     for iv, n in zip(intervals, records):
-        fits = out and size + n <= bound and (iv.batch_id in committed) == (out[-1][0].batch_id in committed)
+        fits = (
+            out
+            and size + n <= bound
+            and len(out[-1]) < CHUNK_INTERVALS
+            and (iv.batch_id in committed) == (out[-1][0].batch_id in committed)
+        )
         if fits:
             out[-1].append(iv)
             size += n

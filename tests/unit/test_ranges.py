@@ -5,6 +5,7 @@ import datetime as dt
 import pytest
 
 from framework import FrameworkError, Interval, Range
+from framework.operations.chunk import CHUNK_INTERVALS, split
 from framework.operations.replay import restorable_start
 from framework.storage.ledger import LedgerRow
 
@@ -43,3 +44,17 @@ def test_a_replay_from_inside_a_chunk_starts_at_the_chunk_and_nothing_else_moves
     assert restorable_start(rows, "b") == "b" and restorable_start(rows, "e") == "e"
     assert restorable_start(rows, "a") == "a"  # the replay refuses it, naming why
     assert restorable_start(rows, "cc") == "cc"  # not committed: the replay refuses it
+
+
+def test_a_range_splits_by_records_by_intervals_and_apart_from_committed_intervals():
+    hours = _hours(*range(400))
+    sizes = [len(chunk) for chunk in split(hours, [10] * 400, set(), bound=10_000)]
+    assert sizes == [CHUNK_INTERVALS, CHUNK_INTERVALS, 400 - 2 * CHUNK_INTERVALS]  # the interval cap
+    assert [len(c) for c in split(hours[:10], [10] * 10, set(), bound=30)] == [3, 3, 3, 1]  # the record bound
+    assert [len(c) for c in split(hours[:4], [50, 1, 1, 1], set(), bound=30)] == [1, 3]  # a big interval alone
+    committed = {hours[1].batch_id, hours[2].batch_id}
+    assert [[iv.batch_id for iv in c] for c in split(hours[:4], [1] * 4, committed, bound=30)] == [
+        [hours[0].batch_id],
+        [hours[1].batch_id, hours[2].batch_id],
+        [hours[3].batch_id],
+    ]
