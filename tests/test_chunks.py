@@ -246,9 +246,10 @@ def _pipeline(name, merged=False):
     return (p if merged else p.suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))).to("out")
 
 
-def _one_by_one(spark, lake, p, intervals, split=SPLIT):
-    """The tables of ``split``'s intervals run one batch each."""
-    rt = Runtime(spark.newSession(), lake, quality=False)
+def _one_by_one(spark, lake, p, intervals, split=SPLIT, expectations=None):
+    """The tables of ``split``'s intervals run one batch each (gated by ``expectations``, if given)."""
+    gated = {"expectations": expectations} if expectations else {"quality": False}
+    rt = Runtime(spark.newSession(), lake, **gated)
     landing = _landing(rt.spark, split, None)
     for iv in intervals:
         mine = landing.filter((F.col("arrived") >= iv.start) & (F.col("arrived") < iv.end))
@@ -476,3 +477,28 @@ def test_a_suite_with_table_wide_expectations_gates_each_interval_alone(spark, t
     reason += "each interval's rows are gated alone"
     assert hows == [(1, reason)] * len(intervals)
     assert _tables(rt, p) == _one_by_one(spark, str(tmp_path / "one"), p, intervals)
+
+
+def test_each_interval_of_a_chunk_that_emitted_rows_keeps_the_chunk_s_audit_as_its_own(spark, tmp_path):
+    """One by one, each batch that emits rows is audited, and ``status`` shows each batch's audit
+    from ``quality_results``. A chunk audits its rows once and keeps that audit under each of its
+    intervals that emitted rows: the same batches have the same findings."""
+    intervals, p = _intervals(len(SPLIT)), _pipeline("chunk_audits")
+    suites = _suite(
+        tmp_path / "suites",
+        p,
+        {"type": "expect_column_values_to_be_between", "kwargs": {"column": "hi", "max_value": 100}},
+    )
+    rt = Runtime(spark.newSession(), str(tmp_path / "chunked"), expectations=suites)
+    hows = []
+    rt.run_range(p, _range(rt, intervals, SPLIT), progress=lambda done, how: hows.append((len(done), how)))
+    assert hows == [(len(intervals), "one chunk")]
+    assert _tables(rt, p) == _one_by_one(spark, str(tmp_path / "one"), p, intervals, expectations=suites)
+
+    def audits(lake):
+        found = spark.read.format("delta").load(f"{lake}/quality_results").filter(F.col("pipeline") == p.name)
+        return sorted((r.batch_id, r.expectation, r.success) for r in found.collect())
+
+    emitted = [r.batch_id for r in rt.read_ledger(p).collect() if json.loads(r.metrics)["rows_published"]]
+    assert len(emitted) >= 2 and audits(str(tmp_path / "chunked")) == audits(str(tmp_path / "one"))
+    assert sorted({batch for batch, _, _ in audits(str(tmp_path / "chunked"))}) == sorted(emitted)

@@ -380,8 +380,9 @@ class BatchAttempt:
                     )
 
     # ---- 3. audit -------------------------------------------------------------------------------
-    def _audit(self, planned: Plan, rows_out: DataFrame) -> Audit | None:
-        """The quality gate over final or rate-limited rows, before anything is written."""
+    def _audit(self, planned: Plan, rows_out: DataFrame, batches: tuple[str, ...] = ()) -> Audit | None:
+        """The quality gate over final or rate-limited rows, before anything is written (a
+        chunk's: kept as the audit of each of ``batches``, its intervals that emitted rows)."""
         self.steps.step = "auditing the results"
         if not (planned.emitted and self.s.quality and self.p.emission.appended):
             return None
@@ -398,6 +399,7 @@ class BatchAttempt:
             self.batch_id,
             self.s.warehouse,
             expectations_dir=self.s.expectations,
+            batches=batches,
         )
         return Audit(report, version)
 

@@ -155,7 +155,8 @@ class ChunkAttempt(BatchAttempt):
             self.steps.step = "reading state and planning"
             times = self._stream_times(each)
             planned, per_interval, rows_out = self._plan(whole, each, times, kept)
-            audit = self._audit(planned, rows_out.drop(INTERVAL))
+            emitting = tuple(iv.batch_id for iv, c in zip(self.intervals, per_interval) if c.emitted)
+            audit = self._audit(planned, rows_out.drop(INTERVAL), emitting)
             written = self._write(planned, rows_out.drop(INTERVAL))
             duration = int((time.monotonic() - started_at) * 1000) // len(self.intervals)
             values = [metrics_of(self.p, c, duration) for c in per_interval]

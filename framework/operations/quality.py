@@ -104,6 +104,7 @@ class Report:
     docs: str | None = None  # URL of the Data Docs page of this validation
     digest: str | None = None  # the suite's fingerprint (``suites.digest``)
     run_name: str = WHOLE_TABLE  # a validation of the results table (no batch): which rows, as Data Docs names it
+    batches: tuple[str, ...] = ()  # the batches whose audit this is, where not batch_id alone (a chunk's)
 
     @property
     def success(self) -> bool:
@@ -298,15 +299,16 @@ def _check(r) -> Check:
 
 
 def _persist(spark: SparkSession, pipeline: Pipeline, report: Report, root: str) -> None:
-    """Append one row per expectation to ``<root>/quality_results``, once: the append carries a
-    Delta transaction id of its own (``_append_id``), which Delta skips when that id committed
-    already. So a retried gate, or a retry after a commit that landed although its answer said
-    it failed (an S3 PUT's late landing), does not append the same findings twice."""
+    """Append one row per expectation and batch (``report.batches``, else its batch) to
+    ``<root>/quality_results``, once: the append carries a Delta transaction id of its own
+    (``_append_id``), which Delta skips when that id committed already. So a retried gate, or a
+    retry after a commit that landed although its answer said it failed (an S3 PUT's late
+    landing), does not append the same findings twice."""
     rows = [
         (
             report.suite,
             pipeline.name,
-            report.batch_id,
+            batch_id,
             c.expectation,
             c.severity,
             c.success,
@@ -314,6 +316,7 @@ def _persist(spark: SparkSession, pipeline: Pipeline, report: Report, root: str)
             json.dumps(list(c.examples), default=str),
             report.validated_at,
         )
+        for batch_id in report.batches or (report.batch_id,)
         for c in report.checks
     ]
     path = os.path.join(root, "quality_results")
@@ -328,7 +331,8 @@ def _append_id(pipeline: Pipeline, report: Report) -> str:
     named by its pipeline, batch, suite and findings (a retry that finds the same is the same
     audit); a validation of the whole table also by its time (an operator's each counts)."""
     when = None if report.batch_id else report.validated_at.isoformat()
-    audit = [pipeline.name, report.batch_id, report.run_name, report.digest, [astuple(c) for c in report.checks], when]
+    checks = [astuple(c) for c in report.checks]
+    audit = [pipeline.name, report.batch_id, report.run_name, report.digest, checks, when, *report.batches]
     return "finalresults.quality." + hashlib.sha256(json.dumps(audit, default=str).encode()).hexdigest()[:32]
 
 
@@ -341,8 +345,10 @@ def _run(
     expectations_dir: str | Path | None,
     suite: gx.ExpectationSuite | None = None,
     run_name: str = WHOLE_TABLE,
+    batches: tuple[str, ...] = (),
 ) -> Report:
-    """Validate ``df``: the rows of batch ``batch_id``, or (None) the results table's rows that
+    """Validate ``df``: the rows of batch ``batch_id`` (or of ``batches``, a chunk's intervals
+    that emitted rows, each kept as its audit), or (None) the results table's rows that
     ``run_name`` names; the results are kept under ``warehouse_root`` when given."""
     suite = suite or load_suite(p, expectations_dir)
     run_name = batch_id or run_name
@@ -365,7 +371,8 @@ def _run(
     finally:
         if rows is None:
             frame.unpersist()
-    report = Report(suite.name, batch_id, tuple(_check(r) for r in result.results), now, docs, digest(suite), run_name)
+    checks = tuple(_check(r) for r in result.results)
+    report = Report(suite.name, batch_id, checks, now, docs, digest(suite), run_name, batches)
     if warehouse_root:
         _persist(spark, p, report, root or warehouse_root)
     log.info("%s", report.summary())
@@ -472,8 +479,10 @@ def gate(
     warehouse_root: str,
     *,
     expectations_dir: str | Path | None = None,
+    batches: tuple[str, ...] = (),
 ) -> Report:
-    """Write-audit-publish: audit a batch's rows before they are appended to the results table.
+    """Write-audit-publish: audit a batch's rows before they are appended to the results table
+    (a chunk's rows: the audit of each of ``batches``, its intervals that emitted rows).
 
     For a final-results table the validated rows are the staged rows plus the published rows that
     share a key and window with them, so a window emitted by an earlier batch and again now fails
@@ -491,7 +500,7 @@ def gate(
     frame = staged_rows.withColumn(ORIGIN, F.lit("staged"))
     if p.emission.final and published_table_df is not None and set(p.identity) <= set(staged_rows.columns):
         frame = frame.unionByName(_published_twins(p, staged_rows, published_table_df), allowMissingColumns=True)
-    report = _run(spark, p, frame, batch_id, warehouse_root, expectations_dir)
+    report = _run(spark, p, frame, batch_id, warehouse_root, expectations_dir, batches=batches)
     report.raise_for_failures(
         f"Nothing was published or committed. Fix the input or the suite ({suite_file(p, expectations_dir)}), "
         f"then re-run the batch. Results: {os.path.join(warehouse_root, 'quality_results')}."
