@@ -396,7 +396,7 @@ class BatchAttempt:
             self.p,
             rows_out.drop(GONE),
             published,
-            self.batch_id,
+            batches[0] if batches else self.batch_id,  # a chunk's Data Docs page: its first interval with rows
             self.s.warehouse,
             expectations_dir=self.s.expectations,
             batches=batches,
