@@ -162,10 +162,13 @@ def row_by_row(p: Pipeline, suite: gx.ExpectationSuite) -> bool:
     their key and window: every expectation judges each row (or pair of columns, or record) on
     its own, except uniqueness over columns that include the key and window, which rows with
     another key or window cannot break. Aggregate expectations (row counts, means) and
-    uniqueness of other columns need the whole table."""
+    uniqueness of other columns need the whole table, as does ``mostly`` below 1 (a share of the
+    rows: a few bad rows among many pass where they alone would fail)."""
     ident = set(p.identity)
     for e in suite.expectations:
         if not isinstance(e, (ColumnMapExpectation, ColumnPairMapExpectation, MulticolumnMapExpectation)):
+            return False
+        if (getattr(e, "mostly", None) or 1) < 1:
             return False
         kind = e.expectation_type
         if kind == "expect_column_values_to_be_unique" and ident != {e.column}:
