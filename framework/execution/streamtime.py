@@ -92,21 +92,11 @@ def with_stream_time(
         running_max, offset = max(running_max, part_max), offset + count
     prefix = spark.createDataFrame(prefix_rows or [(0, prev, 0)], "_part int, _before long, _offset long")
 
-    w = Window.partitionBy("_part").orderBy(*order)
-    local_before = F.max(timestamp_ms).over(w.rowsBetween(Window.unboundedPreceding, -1))
-    sb = F.greatest(F.col("_before"), F.coalesce(local_before, F.lit(NO_TIME))) if per_record else F.lit(prev)
-    out = (
-        ranged.join(F.broadcast(prefix), "_part")
-        .withColumn(STREAM_BEFORE, sb.cast("long"))
-        .withColumn(
-            ARRIVAL,
-            F.struct(
-                (F.lit(seq) if isinstance(seq, int) else seq).cast("long").alias("seq"),
-                (F.col("_offset") + F.row_number().over(w) - 1).cast("long").alias("pos"),
-            ),
-        )
-        .drop("_part", "_before", "_offset")
-    )
+    before = F.col("_before") if per_record else F.lit(prev)
+    seq_col = F.lit(seq) if isinstance(seq, int) else seq
+    joined = ranged.join(F.broadcast(prefix), "_part")
+    out = _scanned(joined, "_part", order, timestamp_ms, before, per_record, seq_col, F.col("_offset"))
+    out = out.drop("_part", "_before", "_offset")
     if partitions == 1 and batch_max is not None:
         running_max = max(prev, batch_max)
     after = None if running_max == NO_TIME else running_max
@@ -122,18 +112,33 @@ def within_intervals(
     partitioning, no per-partition prefix, one materialization instead of two (half of a week's
     chunk went to the batch's scan). A record's position counts within its interval, offset by
     the interval (``POS_STRIDE``), so positions stay unique in the chunk and ordered as arrival."""
-    w = Window.partitionBy(interval).orderBy(*order)
-    local_before = F.max(timestamp_ms).over(w.rowsBetween(Window.unboundedPreceding, -1))
-    sb = F.greatest(before, F.coalesce(local_before, F.lit(NO_TIME))) if per_record else before
-    pos = F.col(interval).cast("long") * POS_STRIDE + F.row_number().over(w) - 1
-    return (
-        df.withColumn(STREAM_BEFORE, sb.cast("long"))
-        .withColumn(ARRIVAL, F.struct(seq.cast("long").alias("seq"), pos.cast("long").alias("pos")))
-        .localCheckpoint(eager=True)
-    )
+    first = F.col(interval).cast("long") * POS_STRIDE
+    return _scanned(df, interval, order, timestamp_ms, before, per_record, seq, first).localCheckpoint(eager=True)
 
 
 POS_STRIDE = 2**40  # positions an interval of a chunk can hold (a trillion records)
+
+
+def _scanned(
+    df: DataFrame,
+    part: str,
+    order: list[str],
+    timestamp_ms: str,
+    before: Column,
+    per_record: bool,
+    seq: Column,
+    first: Column,
+) -> DataFrame:
+    """The scan ``with_stream_time`` and ``within_intervals`` share, in each ``part`` in arrival
+    ``order``: ``STREAM_BEFORE`` is ``before`` the part, raised (``per_record``) by the largest
+    event time of the part's earlier records; ``ARRIVAL`` is (``seq``, the part's ``first``
+    position plus the record's place in the part)."""
+    w = Window.partitionBy(part).orderBy(*order)
+    local_before = F.max(timestamp_ms).over(w.rowsBetween(Window.unboundedPreceding, -1))
+    sb = F.greatest(before, F.coalesce(local_before, F.lit(NO_TIME))) if per_record else before
+    pos = first + F.row_number().over(w) - 1
+    arrival = F.struct(seq.cast("long").alias("seq"), pos.cast("long").alias("pos"))
+    return df.withColumn(STREAM_BEFORE, sb.cast("long")).withColumn(ARRIVAL, arrival)
 
 
 def at_batch_start(
