@@ -41,7 +41,8 @@ from framework import (
     Suppressed,
     TimeWindows,
 )
-from framework.operations.chunk import ChunkAttempt
+from framework.execution.streamtime import INLINE_SEARCH, NO_TIME, first_reaching
+from framework.operations.chunk import ChunkAttempt, placed
 from framework.storage import tables
 from framework.storage.ledger import Ledgers
 
@@ -219,6 +220,34 @@ def test_sliding_windows_after_a_chunk_of_empty_intervals(spark):
     """A first chunk of empty intervals has no stream time: sliding windows' state forgets nothing
     (a search found the window bound computed below the smallest long)."""
     _check(spark, "sliding", "record", ([[], [("A", 40, None), ("B", 13, None)], [("B", 5, None)], []], 5, 4))
+
+
+def test_the_searches_that_place_records_and_windows_in_intervals_equal_bisect_at_every_length(spark):
+    """``first_reaching`` (compiled ``CASE`` up to ``INLINE_SEARCH`` thresholds, a constant array
+    past it) and ``placed`` (a division for intervals of one length, a search for others) give
+    Python's ``bisect`` answers, duplicates and the no-time sentinel included: the property tests
+    use a handful of hourly intervals, a month's chunk the other two ways."""
+    import bisect
+    import random
+
+    rnd = random.Random(62)
+    for n in (1, 5, INLINE_SEARCH, INLINE_SEARCH + 1, 300):
+        thresholds = sorted([NO_TIME] * rnd.randint(0, 3) + [rnd.randint(0, 50 * n) for _ in range(n)])[:n]
+        values = [rnd.randint(-5, 50 * n + 5) for _ in range(200)] + thresholds + [NO_TIME]
+        df = spark.createDataFrame([(v,) for v in values], "v long")
+        found = [r[0] for r in df.select(first_reaching("v", thresholds)).collect()]
+        assert found == [bisect.bisect_left(thresholds, v) for v in values], n
+    hour = dt.timedelta(hours=1)
+    for lengths in ([hour] * 200, [hour * rnd.randint(1, 3) for _ in range(200)]):
+        starts = [T0]
+        for length in lengths:
+            starts.append(starts[-1] + length)
+        ivs = [Interval(f"{a:%Y-%m-%dT%H}", a, b) for a, b in zip(starts, starts[1:])]
+        times = [T0 + dt.timedelta(minutes=rnd.randint(0, int((starts[-1] - T0) / hour) * 60 + 90)) for _ in range(300)]
+        times += starts  # each interval's first instant, and the end of the last
+        df = spark.createDataFrame([(t,) for t in times], "arrived timestamp")
+        found = [r[0] for r in df.select(placed("arrived", ivs)).collect()]
+        assert found == [bisect.bisect_right(starts, t) - 1 if t < starts[-1] else len(ivs) for t in times]
 
 
 # ---- exactly once, chunk by chunk ---------------------------------------------------------------
@@ -431,10 +460,10 @@ def test_each_interval_of_a_chunk_is_checked_against_its_own_clock_and_a_half_co
     assert [row.batch_id for row in rt.read_ledger(q).collect()] == [intervals[0].batch_id]
 
 
-def _suite(folder, p, expectation):
-    """A quality suite for ``p`` in ``folder`` holding one critical ``expectation``."""
+def _suite(folder, p, expectation, severity="critical"):
+    """A quality suite for ``p`` in ``folder`` holding one ``expectation`` of ``severity``."""
     folder.mkdir(parents=True, exist_ok=True)
-    suite = {"name": p.name, "expectations": [{**expectation, "meta": {"severity": "critical"}}]}
+    suite = {"name": p.name, "expectations": [{**expectation, "meta": {"severity": severity}}]}
     (folder / f"{p.name}.json").write_text(json.dumps(suite))
     return str(folder)
 
@@ -502,3 +531,31 @@ def test_each_interval_of_a_chunk_that_emitted_rows_keeps_the_chunk_s_audit_as_i
     emitted = [r.batch_id for r in rt.read_ledger(p).collect() if json.loads(r.metrics)["rows_published"]]
     assert len(emitted) >= 2 and audits(str(tmp_path / "chunked")) == audits(str(tmp_path / "one"))
     assert sorted({batch for batch, _, _ in audits(str(tmp_path / "chunked"))}) == sorted(emitted)
+
+
+def test_a_chunk_whose_rows_fail_a_warning_runs_one_interval_at_a_time_so_each_keeps_its_own_audit(spark, tmp_path):
+    """A failed warning does not stop a batch, but the chunk's audit would be each emitting
+    interval's, while one interval's rows fail and the others' pass. The chunk writes nothing,
+    its intervals run one at a time, and ``quality_results`` holds what one by one holds: the
+    failure under the fifth interval only, no record of the chunk's audit."""
+    intervals, p = _intervals(len(SPLIT)), _pipeline("chunk_warned")
+    suites = _suite(
+        tmp_path / "suites",
+        p,
+        {"type": "expect_column_values_to_be_between", "kwargs": {"column": "hi", "max_value": 100}},
+        severity="warning",
+    )
+    poisoned = [list(b) for b in SPLIT]
+    poisoned[4] = [("B", 31, 999), ("A", 70, 8)]
+    rt = Runtime(spark.newSession(), str(tmp_path / "chunked"), expectations=suites)
+    hows = []
+    rt.run_range(p, _range(rt, intervals, poisoned), progress=lambda done, how: hows.append(how))
+    assert hows == ["one interval at a time: the chunk was refused (SharedWarnings)"] * len(intervals)
+    assert _tables(rt, p) == _one_by_one(spark, str(tmp_path / "one"), p, intervals, poisoned, suites)
+
+    def audits(lake):
+        found = spark.read.format("delta").load(f"{lake}/quality_results").filter(F.col("pipeline") == p.name)
+        return sorted((r.batch_id, r.success) for r in found.collect())
+
+    assert audits(str(tmp_path / "chunked")) == audits(str(tmp_path / "one"))
+    assert [b for b, ok in audits(str(tmp_path / "one")) if not ok] == [intervals[4].batch_id]

@@ -155,18 +155,36 @@ def at_batch_start(
 def first_reaching(value: str, thresholds: list[int]) -> Column:
     """The index of the first of the nondecreasing ``thresholds`` that is at least ``value`` (a
     SQL expression; ``len(thresholds)`` when none is): the interval of a chunk whose stream time
-    after it first reaches a window's close time. A binary search written as nested ``CASE``
-    expressions, so a row takes about log2(n) comparisons, all compiled, and no join; built as
-    one SQL text, as a tree of ``Column`` calls costs a round trip to the JVM a node (over a
-    second for a chunk of a week of hours)."""
+    after it first reaches a window's close time. A binary search, so a row takes about
+    log2(n) comparisons and no join; built as one SQL text, as a tree of ``Column`` calls costs
+    a round trip to the JVM a node (over a second for a chunk of a week of hours).
 
-    def search(lo: int, hi: int) -> str:  # the answer is in [lo, hi]
-        if lo == hi:
-            return str(lo)
-        mid = (lo + hi) // 2
-        return f"CASE WHEN {value} <= {_long(thresholds[mid])} THEN {search(lo, mid)} ELSE {search(mid + 1, hi)} END"
+    Up to ``INLINE_SEARCH`` thresholds the search is nested ``CASE`` expressions, compiled into
+    the query's code; past that, the code outgrew the JVM's 64 KB method limit (a month of hours
+    did) and Spark logged an ERROR and ran the query interpreted. Longer lists are searched by
+    ``aggregate`` over the steps of the search, the thresholds one constant array: about a
+    microsecond a row, for any length."""
+    n = len(thresholds)
+    if n <= INLINE_SEARCH:
 
-    return F.expr(search(0, len(thresholds)))
+        def search(lo: int, hi: int) -> str:  # the answer is in [lo, hi]
+            if lo == hi:
+                return str(lo)
+            mid = (lo + hi) // 2
+            below = f"{value} <= {_long(thresholds[mid])}"
+            return f"CASE WHEN {below} THEN {search(lo, mid)} ELSE {search(mid + 1, hi)} END"
+
+        return F.expr(search(0, n))
+    constants = f"array({', '.join(_long(t) for t in thresholds)})"
+    mid = "CAST((s.lo + s.hi) DIV 2 AS INT)"  # the answer is in [s.lo, s.hi]
+    step = (
+        f"IF(s.lo >= s.hi, s, IF({value} <= element_at({constants}, {mid} + 1), "
+        f"named_struct('lo', s.lo, 'hi', {mid}), named_struct('lo', {mid} + 1, 'hi', s.hi)))"
+    )
+    return F.expr(f"aggregate(sequence(1, {n.bit_length()}), named_struct('lo', 0, 'hi', {n}), (s, _) -> {step}).lo")
+
+
+INLINE_SEARCH = 128  # thresholds ``first_reaching`` compiles inline (168 compiled; 720 outgrew 64 KB)
 
 
 def _long(t: int) -> str:

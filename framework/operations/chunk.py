@@ -120,6 +120,12 @@ def gate_refusal(s: Settings, p: Pipeline) -> str | None:
     return "the quality suite has table-wide expectations (row counts, means): each interval's rows are gated alone"
 
 
+class SharedWarnings(FrameworkError):
+    """A chunk's audit failed a warning: recorded, it would be every emitting interval's, though
+    some of their rows pass. The chunk writes nothing and its intervals run one at a time, each
+    audited alone, as a failed critical expectation's chunk does."""
+
+
 class ChunkAttempt(BatchAttempt):
     """One attempt of the consecutive ``intervals`` of ``p`` as one batch; ``run`` it once."""
 
@@ -157,6 +163,8 @@ class ChunkAttempt(BatchAttempt):
             planned, per_interval, rows_out = self._plan(whole, each, times, kept)
             emitting = tuple(iv.batch_id for iv, c in zip(self.intervals, per_interval) if c.emitted)
             audit = self._audit(planned, rows_out.drop(INTERVAL), emitting)
+            if audit is not None and len(emitting) > 1 and audit.report.failed_warnings:
+                raise SharedWarnings(f"{self.steps.where}: {len(audit.report.failed_warnings)} warning(s) failed")
             written = self._write(planned, rows_out.drop(INTERVAL))
             duration = int((time.monotonic() - started_at) * 1000) // len(self.intervals)
             values = [metrics_of(self.p, c, duration) for c in per_interval]
@@ -471,12 +479,9 @@ def _by_interval(row: dict, n: int, name: str, missing):
     return values
 
 
-CHUNK_RECORDS = 2_000_000  # records a chunk holds at most by default (an interval holding more is a chunk)
-# Intervals a chunk holds at most: a chunk's plan picks each row's interval by a search over
-# the chunk's interval bounds, compiled inline where Spark uses it; past this, a query's
-# generated code outgrew the JVM's 64 KB method limit (a week of hours compiled, a month did not),
-# and Spark ran it interpreted after logging an ERROR.
-CHUNK_INTERVALS = 168
+# Records a chunk holds at most by default (an interval holding more is a chunk): a month of hours at
+# 10,000 records an hour ran as one chunk in 53 s, as four of 2,000,000 in 74 s (bench/README.md).
+CHUNK_RECORDS = 10_000_000
 Progress = Callable[[list[BatchResult], str], None]  # a chunk's (or an interval's) results, and how it ran
 
 
@@ -523,7 +528,7 @@ def run_chunks(
     for chunk in split(intervals, [counts.get(k, 0) for k in range(len(intervals))], committed, bound):
         try:
             ran(ChunkAttempt(s, p, chunk, t, ledgers).run_chunk(input_df, arrived, gap()), "one chunk")
-        except (InputError, QualityGateError) as e:
+        except (InputError, QualityGateError, SharedWarnings) as e:
             if len(chunk) == 1:
                 raise
             # as one by one: the intervals before the one whose records or rows fail commit, and
@@ -536,32 +541,32 @@ def run_chunks(
 
 def in_range(arrived: str, intervals: list[Interval]) -> Column:
     """Whether a record's ``arrived`` time is in the consecutive ``intervals``."""
-    arrival, utc = F.col(arrived).cast("timestamp"), dt.timezone.utc
+    arrival, utc = F.expr(f"CAST({quoted(arrived)} AS TIMESTAMP)"), dt.timezone.utc  # as ``placed`` names it
     first, last = F.lit(intervals[0].start.replace(tzinfo=utc)), F.lit(intervals[-1].end.replace(tzinfo=utc))
     return (arrival >= first) & (arrival < last)
 
 
 def placed(arrived: str, intervals: list[Interval]) -> Column:
     """The index of the interval of ``intervals`` (consecutive) a record's ``arrived`` time
-    falls in; ``len(intervals)`` after the last (records before the first are not asked)."""
+    falls in; ``len(intervals)`` after the last (records before the first are not asked).
+    Intervals of one length (a schedule's ``every``: backfills, replays, builds) are a division,
+    a tenth of the cost of a search over a week's bounds; others, ``first_reaching``."""
     micros = f"unix_micros(CAST({quoted(arrived)} AS TIMESTAMP))"
+    first, length = _micros(intervals[0].start), _micros(intervals[0].end) - _micros(intervals[0].start)
+    if all(_micros(iv.end) - _micros(iv.start) == length for iv in intervals):
+        return F.expr(f"CAST(least({len(intervals)}L, ({micros} - {first}L) DIV {length}L) AS INT)")
     return first_reaching(micros, [_micros(iv.end) - 1 for iv in intervals])  # before the end: at most end - 1
 
 
 def split(intervals: list[Interval], records: list[int], committed: set[str], bound: int) -> list[list[Interval]]:
     """Consecutive ``intervals`` (holding ``records`` each) in chunks of at most ``bound``
-    records (an interval holding more is a chunk of its own) and ``CHUNK_INTERVALS`` intervals,
+    records (an interval holding more is a chunk of its own),
     committed intervals apart from the others: a chunk is all committed (each reports 'already
     committed') or none is."""
     out: list[list[Interval]] = []
     size = 0
     for iv, n in zip(intervals, records):
-        fits = (
-            out
-            and size + n <= bound
-            and len(out[-1]) < CHUNK_INTERVALS
-            and (iv.batch_id in committed) == (out[-1][0].batch_id in committed)
-        )
+        fits = out and size + n <= bound and (iv.batch_id in committed) == (out[-1][0].batch_id in committed)
         if fits:
             out[-1].append(iv)
             size += n

@@ -348,8 +348,8 @@ def _run(
     batches: tuple[str, ...] = (),
 ) -> Report:
     """Validate ``df``: the rows of batch ``batch_id`` (or of ``batches``, a chunk's intervals
-    that emitted rows, each kept as its audit), or (None) the results table's rows that
-    ``run_name`` names; the results are kept under ``warehouse_root`` when given."""
+    that emitted rows, each kept as its audit if it passed), or (None) the results table's rows
+    that ``run_name`` names; the results are kept under ``warehouse_root`` when given."""
     suite = suite or load_suite(p, expectations_dir)
     run_name = batch_id or run_name
     root = locks.local_path(warehouse_root) if warehouse_root else None  # GX's file stores reach local disks only
@@ -365,15 +365,18 @@ def _run(
                 run_id=RunIdentifier(run_name=run_name, run_time=now),
             )
             [(identifier, result)] = run.run_results.items()
+            checks = tuple(_check(r) for r in result.results)
+            # a chunk's audit that failed an expectation is not its intervals': they run again one
+            # at a time (``chunk.run_chunks``), each audited and kept alone
+            kept = warehouse_root is not None and (len(batches) < 2 or all(c.success for c in checks))
             docs = None
-            if root:
+            if root and kept:
                 docs = _document(context, identifier, result, p, run_name, Path(root) / "data_docs")
     finally:
         if rows is None:
             frame.unpersist()
-    checks = tuple(_check(r) for r in result.results)
     report = Report(suite.name, batch_id, checks, now, docs, digest(suite), run_name, batches)
-    if warehouse_root:
+    if warehouse_root and kept:
         _persist(spark, p, report, root or warehouse_root)
     log.info("%s", report.summary())
     return report

@@ -564,7 +564,7 @@ def _chunk_records(p: argparse.ArgumentParser, empty: bool = False) -> None:
         type=(lambda text: _positive(text) if text.strip() else None) if empty else _positive,
         metavar="N",
         help="records a chunk of intervals holds at most: each chunk is one Spark batch and one commit, "
-        "every interval still recorded as its own batch (default: 2,000,000; 1: one batch per interval)",
+        "every interval still recorded as its own batch (default: 10,000,000; 1: one batch per interval)",
     )
 
 

@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 
 from framework import FrameworkError, Interval, Range
-from framework.operations.chunk import CHUNK_INTERVALS, split
+from framework.operations.chunk import split
 from framework.operations.replay import restorable_start
 from framework.storage.ledger import LedgerRow
 
@@ -46,10 +46,10 @@ def test_a_replay_from_inside_a_chunk_starts_at_the_chunk_and_nothing_else_moves
     assert restorable_start(rows, "cc") == "cc"  # not committed: the replay refuses it
 
 
-def test_a_range_splits_by_records_by_intervals_and_apart_from_committed_intervals():
+def test_a_range_splits_by_records_and_apart_from_committed_intervals():
     hours = _hours(*range(400))
     sizes = [len(chunk) for chunk in split(hours, [10] * 400, set(), bound=10_000)]
-    assert sizes == [CHUNK_INTERVALS, CHUNK_INTERVALS, 400 - 2 * CHUNK_INTERVALS]  # the interval cap
+    assert sizes == [400]  # no cap on intervals: a month of hours is one chunk when its records fit
     assert [len(c) for c in split(hours[:10], [10] * 10, set(), bound=30)] == [3, 3, 3, 1]  # the record bound
     assert [len(c) for c in split(hours[:4], [50, 1, 1, 1], set(), bound=30)] == [1, 3]  # a big interval alone
     committed = {hours[1].batch_id, hours[2].batch_id}
