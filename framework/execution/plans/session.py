@@ -8,6 +8,7 @@ ones it replaced are deleted from state (``GONE``)."""
 from __future__ import annotations
 
 import bisect
+import itertools
 from functools import partial
 
 from pyspark.sql import Column, DataFrame
@@ -126,31 +127,57 @@ def open_per_interval(members: DataFrame, keys: list[str], w: SessionWindows, cl
     (the fold joins a record to every open session within the gap). None of those is closed
     before the whole session is: a record that joins a closed session is late (its merged end is
     under the close time), so it is not a member. The stored sessions the chunk neither touched
-    nor closed are open throughout, before the chunk and after each interval."""
-    gap = w.gap_ms
+    nor closed are open throughout, before the chunk and after each interval.
 
-    def changes(pdf):
+    The members are sorted by session and interval within partitions and each partition's
+    sessions counted in one Python call (``_session_changes`` a session): a call per session
+    (``applyInPandas``) cost 2 ms each, 133 s of a two-day chunk's 180 s of work."""
+    gap, session = w.gap_ms, [*keys, "window_start", "window_end"]
+    names = [*session, INTERVAL, "_a", "_b", "_closing"]
+    width = len(session)
+
+    def changes(batches):
         import pandas as pd
 
-        end = int(pdf["_closing"].iloc[0])
-        spans = _Spans(gap)
-        for a, b in zip(pdf["_a"][pdf[INTERVAL] < 0], pdf["_b"][pdf[INTERVAL] < 0]):
-            spans.add(int(a), int(b))
-        rows, before = [], spans.count
-        arrived = pdf[pdf[INTERVAL] >= 0].sort_values(INTERVAL)
-        for k, group in arrived.groupby(INTERVAL, sort=True):
-            if k >= end:
-                break
-            for a, b in zip(group["_a"], group["_b"]):
-                spans.add(int(a), int(b))
-            rows.append((int(k), spans.count - before))
-            before = spans.count
-        if end < n:
-            rows.append((end, -before))
-        return pd.DataFrame(rows, columns=[INTERVAL, "n"]).astype({INTERVAL: "int32", "n": "int64"})
+        totals: dict[int, int] = {}
+        current: tuple | None = None
+        held: list[tuple] = []
+        for pdf in batches:
+            for row in zip(*(pdf[c].tolist() for c in names)):
+                if row[:width] != current:
+                    _session_changes(held, gap, n, totals)
+                    current, held = row[:width], []
+                held.append(row[width:])
+        _session_changes(held, gap, n, totals)
+        yield pd.DataFrame({INTERVAL: list(totals), "n": list(totals.values())}, dtype="int64").astype(
+            {INTERVAL: "int32"}
+        )
 
-    sessions = members.withColumn("_closing", closing).groupBy(*keys, "window_start", "window_end")
-    return sessions.applyInPandas(changes, f"{INTERVAL} int, n long").groupBy(INTERVAL).agg(F.sum("n").alias("n"))
+    ordered = members.withColumn("_closing", closing).select(*names).repartition(*session)
+    counted = ordered.sortWithinPartitions(*session, INTERVAL).mapInPandas(changes, f"{INTERVAL} int, n long")
+    return counted.groupBy(INTERVAL).agg(F.sum("n").alias("n"))
+
+
+def _session_changes(members: list[tuple], gap: int, n: int, totals: dict[int, int]) -> None:
+    """Add to ``totals`` (interval: change) how one session's ``members`` (interval, span start,
+    span end, closing interval), sorted by interval, changed the open sessions interval by
+    interval until the session closed (``open_per_interval``)."""
+    if not members:
+        return
+    end, spans = int(members[0][3]), _Spans(gap)
+    arrived = [m for m in members if m[0] >= 0]
+    for _, a, b, _ in members[: len(members) - len(arrived)]:  # the stored ones: open before the chunk
+        spans.add(int(a), int(b))
+    before = spans.count
+    for k, group in itertools.groupby(arrived, key=lambda m: int(m[0])):
+        if k >= end:  # a record after its session closed is late, not a member
+            break
+        for _, a, b, _ in group:
+            spans.add(int(a), int(b))
+        totals[k] = totals.get(k, 0) + spans.count - before
+        before = spans.count
+    if end < n:
+        totals[end] = totals.get(end, 0) - before
 
 
 class _Spans:
