@@ -217,7 +217,7 @@ def run(spark: SparkSession, workload: str, days: int, events: int, measured: in
 def markdown(rep: dict) -> str:
     rows = [
         ("per interval (extrapolated from {measured_intervals})".format(**rep["per_interval"]), rep["per_interval"]),
-        (f"chunked ({rep['chunked']['chunks']} chunks)", rep["chunked"]),
+        (f"chunked ({rep['chunked']['chunks']} chunk{'s' if rep['chunked']['chunks'] != 1 else ''})", rep["chunked"]),
         ("Structured Streaming, availableNow", rep["structured_streaming"]),
         ("floor: plain aggregate", rep["floor"]),
     ]
