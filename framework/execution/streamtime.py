@@ -176,12 +176,15 @@ def first_reaching(value: str, thresholds: list[int]) -> Column:
 
         return F.expr(search(0, n))
     constants = f"array({', '.join(_long(t) for t in thresholds)})"
-    mid = "CAST((s.lo + s.hi) DIV 2 AS INT)"  # the answer is in [s.lo, s.hi]
+    # the answer is in [lo, hi]; the lambda's names are unlike a column's (a column named like one
+    # would be shadowed by it inside the lambda)
+    lo, hi, mid = "__search.lo", "__search.hi", "CAST((__search.lo + __search.hi) DIV 2 AS INT)"
     step = (
-        f"IF(s.lo >= s.hi, s, IF({value} <= element_at({constants}, {mid} + 1), "
-        f"named_struct('lo', s.lo, 'hi', {mid}), named_struct('lo', {mid} + 1, 'hi', s.hi)))"
+        f"IF({lo} >= {hi}, __search, IF({value} <= element_at({constants}, {mid} + 1), "
+        f"named_struct('lo', {lo}, 'hi', {mid}), named_struct('lo', {mid} + 1, 'hi', {hi})))"
     )
-    return F.expr(f"aggregate(sequence(1, {n.bit_length()}), named_struct('lo', 0, 'hi', {n}), (s, _) -> {step}).lo")
+    start = f"named_struct('lo', 0, 'hi', {n})"
+    return F.expr(f"aggregate(sequence(1, {n.bit_length()}), {start}, (__search, __step) -> {step}).lo")
 
 
 INLINE_SEARCH = 128  # thresholds ``first_reaching`` compiles inline (168 compiled; 720 outgrew 64 KB)

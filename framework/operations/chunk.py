@@ -525,17 +525,24 @@ def run_chunks(
     counts = {r[0]: r[1] for r in input_df.filter(in_range(arrived, intervals)).groupBy(index).count().collect()}
     _, rows = ledgers.read(t.state)
     committed = {r.batch_id for r in ledger.committed_rows(rows)}
-    for chunk in split(intervals, [counts.get(k, 0) for k in range(len(intervals))], committed, bound):
+    todo = split(intervals, [counts.get(k, 0) for k in range(len(intervals))], committed, bound)
+    while todo:
+        chunk = todo.pop(0)
         try:
             ran(ChunkAttempt(s, p, chunk, t, ledgers).run_chunk(input_df, arrived, gap()), "one chunk")
         except (InputError, QualityGateError, SharedWarnings) as e:
             if len(chunk) == 1:
                 raise
             # as one by one: the intervals before the one whose records or rows fail commit, and
-            # its own error names it (a refused chunk wrote nothing: its intervals run again)
+            # its own error names it (a refused chunk wrote nothing: its intervals run again);
+            # after the interval whose rows fail a warning, the rest is a chunk again
             how = f"one interval at a time: the chunk was refused ({type(e).__name__})"
-            for iv in chunk:
-                ran(ChunkAttempt(s, p, [iv], t, ledgers).run_chunk(input_df, arrived, gap()), how)
+            for k, iv in enumerate(chunk):
+                (one,) = ChunkAttempt(s, p, [iv], t, ledgers).run_chunk(input_df, arrived, gap())
+                ran([one], how)
+                if one.audit is not None and one.audit.report.failed_warnings and chunk[k + 1 :]:
+                    todo.insert(0, chunk[k + 1 :])
+                    break
     return results
 
 
@@ -554,7 +561,8 @@ def placed(arrived: str, intervals: list[Interval]) -> Column:
     micros = f"unix_micros(CAST({quoted(arrived)} AS TIMESTAMP))"
     first, length = _micros(intervals[0].start), _micros(intervals[0].end) - _micros(intervals[0].start)
     if all(_micros(iv.end) - _micros(iv.start) == length for iv in intervals):
-        return F.expr(f"CAST(least({len(intervals)}L, ({micros} - {first}L) DIV {length}L) AS INT)")
+        index = f"greatest(-1L, least({len(intervals)}L, ({micros} - {first}L) DIV {length}L))"  # -1: before
+        return F.expr(f"CAST({index} AS INT)")
     return first_reaching(micros, [_micros(iv.end) - 1 for iv in intervals])  # before the end: at most end - 1
 
 
