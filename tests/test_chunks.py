@@ -460,6 +460,12 @@ def test_each_interval_of_a_chunk_is_checked_against_its_own_clock_and_a_half_co
     assert [row.batch_id for row in rt.read_ledger(q).collect()] == [intervals[0].batch_id]
 
 
+def _audits(spark, lake, p):
+    """The audits ``quality_results`` under ``lake`` holds for ``p``: (batch, expectation, success)."""
+    found = spark.read.format("delta").load(f"{lake}/quality_results").filter(F.col("pipeline") == p.name)
+    return sorted((r.batch_id, r.expectation, r.success) for r in found.collect())
+
+
 def _suite(folder, p, expectation, severity="critical"):
     """A quality suite for ``p`` in ``folder`` holding one ``expectation`` of ``severity``."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -524,13 +530,10 @@ def test_each_interval_of_a_chunk_that_emitted_rows_keeps_the_chunk_s_audit_as_i
     assert hows == [(len(intervals), "one chunk")]
     assert _tables(rt, p) == _one_by_one(spark, str(tmp_path / "one"), p, intervals, expectations=suites)
 
-    def audits(lake):
-        found = spark.read.format("delta").load(f"{lake}/quality_results").filter(F.col("pipeline") == p.name)
-        return sorted((r.batch_id, r.expectation, r.success) for r in found.collect())
-
+    chunked = _audits(spark, str(tmp_path / "chunked"), p)
     emitted = [r.batch_id for r in rt.read_ledger(p).collect() if json.loads(r.metrics)["rows_published"]]
-    assert len(emitted) >= 2 and audits(str(tmp_path / "chunked")) == audits(str(tmp_path / "one"))
-    assert sorted({batch for batch, _, _ in audits(str(tmp_path / "chunked"))}) == sorted(emitted)
+    assert len(emitted) >= 2 and chunked == _audits(spark, str(tmp_path / "one"), p)
+    assert sorted({batch for batch, _, _ in chunked}) == sorted(emitted)
 
 
 def test_a_chunk_whose_rows_fail_a_warning_runs_one_interval_at_a_time_so_each_keeps_its_own_audit(spark, tmp_path):
@@ -555,9 +558,6 @@ def test_a_chunk_whose_rows_fail_a_warning_runs_one_interval_at_a_time_so_each_k
     assert hows == [alone, alone, (len(intervals) - 2, "one chunk")]
     assert _tables(rt, p) == _one_by_one(spark, str(tmp_path / "one"), p, intervals, poisoned, suites)
 
-    def audits(lake):
-        found = spark.read.format("delta").load(f"{lake}/quality_results").filter(F.col("pipeline") == p.name)
-        return sorted((r.batch_id, r.success) for r in found.collect())
-
-    assert audits(str(tmp_path / "chunked")) == audits(str(tmp_path / "one"))
-    assert [b for b, ok in audits(str(tmp_path / "one")) if not ok] == [intervals[1].batch_id]
+    one = _audits(spark, str(tmp_path / "one"), p)
+    assert _audits(spark, str(tmp_path / "chunked"), p) == one
+    assert [batch for batch, _, ok in one if not ok] == [intervals[1].batch_id]

@@ -199,8 +199,9 @@ def _audits(
     results = tables.read(spark, path).filter((F.col("pipeline") == name) & F.col("batch_id").isNotNull() & wanted)
     latest = results.withColumn("latest", F.max("validated_at").over(Window.partitionBy("batch_id")))
     found: dict[str, list] = {}
-    # a chunk's audit (one that passed: a failed one is redone interval by interval) is kept under
-    # each of its intervals at one time; ties are ordered by batch id, the first interval last
+    # a chunk's audit is kept under each of its intervals at one time, its first interval last: one
+    # that failed (warehouses written before failed chunk audits were redone interval by interval
+    # hold such rows) blocks on the first interval, the one to run next
     newest = latest.filter(F.col("validated_at") == F.col("latest"))
     for r in newest.orderBy("validated_at", F.desc("batch_id")).collect():
         found.setdefault(r.batch_id, []).append(r)
