@@ -52,6 +52,11 @@ def assert_nothing_committed(rt, p):
         ),
         ("missing", lambda s: frame(s, [("A", 1, 1)]).drop("v"), r"'missing'.*'b0'.*no column 'v'"),
         (
+            "collated",
+            lambda s: frame(s, [("A", 1, 1), ("a", 2, 1)]).withColumn("k", F.expr("collate(k, 'UTF8_LCASE')")),
+            r"'collated'.*'b0'.*group key 'k' has collation UTF8_LCASE; keys compare byte for byte",
+        ),
+        (
             "reserved",
             lambda s: frame(s, [("A", 1, 1)]).withColumn("_part", F.lit(1)),
             r"'reserved'.*'b0'.*\['_part'\] start with '_', which is reserved",

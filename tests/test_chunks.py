@@ -120,7 +120,9 @@ def _tables(rt, p, committed=False):
     return {name: sorted(rows) for name, rows in found.items()}, metrics
 
 
-def _check(spark, kind, lateness, data, keyless=None, steps=False, updates=False):
+def _check(spark, kind, lateness, data, keyless=None, steps=False, updates=False, wide=False):
+    """``wide``: the chunked run has 4 shuffle partitions, so its chunks of fewer intervals are
+    scanned as one batch (interval first) and longer ones interval by interval."""
     split, grace, bound = data
     make, model = WINDOWS[kind]
     lake, intervals = tempfile.mkdtemp(prefix="chunks-"), _intervals(len(split))
@@ -152,7 +154,10 @@ def _check(spark, kind, lateness, data, keyless=None, steps=False, updates=False
         return _tables(rt, p), (rt, p)
 
     def chunked():
-        rt, p = Runtime(spark.newSession(), lake, quality=False), pipeline("chunked")
+        session = spark.newSession()
+        if wide:
+            session.conf.set("spark.sql.shuffle.partitions", "4")
+        rt, p = Runtime(session, lake, quality=False), pipeline("chunked")
         ran = rt.run_range(p, Range(intervals, _landing(rt.spark, split, keyless), "arrived"), chunk_records=bound)
         assert [r.batch_id for r in ran] == [iv.batch_id for iv in intervals]
         assert all(r.status == "committed" for r in ran)
@@ -205,14 +210,14 @@ def _property(kind, lateness, **options):
 
 
 # tumbling windows judged per batch are hopping windows' simpler case: not run apart (the suite's time)
-test_tumbling_record = _property("tumbling", "record")
+test_tumbling_record = _property("tumbling", "record", wide=True)
 test_hopping_record = _property("hopping", "record")
 test_hopping_batch_with_steps_and_rejects = _property("hopping", "batch", keyless=2, steps=True)
-test_session_record = _property("session", "record")
+test_session_record = _property("session", "record", wide=True)
 test_hopping_record_updates = _property("hopping", "record", updates=True)
 test_tumbling_batch_updates_with_rejects = _property("tumbling", "batch", keyless=2, updates=True)
 test_session_batch_with_steps_and_rejects = _property("session", "batch", keyless=2, steps=True)
-test_sliding_record = _property("sliding", "record")
+test_sliding_record = _property("sliding", "record", wide=True)
 test_sliding_batch_with_steps_and_rejects = _property("sliding", "batch", keyless=2, steps=True)
 
 

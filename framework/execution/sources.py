@@ -34,6 +34,7 @@ KEY_TYPES = (
     T.TimestampNTZType,
     T.DecimalType,
 )
+DEFAULT_COLLATION = "UTF8_BINARY"  # the only one keys may have: a record's key is its bytes
 EXAMPLES = 3  # offending records an error about input records names
 
 
@@ -93,6 +94,13 @@ def _check_columns(p: Pipeline, batch_id: str, df: DataFrame) -> None:
             raise InputError(
                 f"{_where(p, batch_id)}: group key {k!r} has type {types[k].simpleString()}; "
                 "keys must be atomic (string, integer, boolean, date, timestamp, decimal)."
+            )
+        key_type = types[k]
+        if isinstance(key_type, T.StringType) and key_type.collation != DEFAULT_COLLATION:
+            raise InputError(  # SQL would group 'A' and 'a' as one key, the sessions' fold in Python as two
+                f"{_where(p, batch_id)}: group key {k!r} has collation {key_type.collation}; keys compare byte "
+                f"for byte ({DEFAULT_COLLATION}). Normalize the key upstream (lower(), or "
+                f"collate({k}, '{DEFAULT_COLLATION}') for case-sensitive keys). Nothing was committed."
             )
 
 

@@ -374,18 +374,22 @@ class ChunkAttempt(BatchAttempt):
     def _with_stream_time(self, inp: BatchInput, stb: int | None, befores: list[int]) -> DataFrame:
         """The chunk's records with ``STREAM_BEFORE`` (and ``ARRIVAL``, interval first, where
         the plan needs arrival order): never below the stream time before the record's interval,
-        which holds the idle advance of the intervals before it. One interval is scanned as its
-        batch would be (in parallel over its records); many, each on its own."""
+        which holds the idle advance of the intervals before it. As many intervals as the scan
+        has partitions or more: each interval on its own, a partition's part. Fewer (one, or a few
+        large ones, which would leave most of the cluster idle as partitions): the chunk is
+        scanned as one batch would be, in parallel over its records, interval first."""
         p, frame, before = self.p, inp.frame, pick(F.col(INTERVAL), befores)
         if not plans.needs_order(p):
             return frame.withColumn(STREAM_BEFORE, before.cast("long"))
         order = arrival_order(frame, TS, p.arrival, p.keys)
         seq = F.lit(self.seq) + F.col(INTERVAL)
         per_record = p.lateness == "record"
-        if len(self.intervals) > 1:
+        if len(self.intervals) >= self.s.partitions:
             return within_intervals(frame, order, TS, INTERVAL, seq, before, per_record)
         parallelism = max(1, min(self.s.partitions, inp.count // SCAN_RECORDS_PER_PARTITION))
-        records, _ = with_stream_time(frame, order, TS, seq, stb, per_record, parallelism, inp.max_ts)
+        interval_first = [INTERVAL, *(c for c in order if c != INTERVAL)]
+        # the largest event time of earlier intervals is at most the stream time before this one
+        records, _ = with_stream_time(frame, interval_first, TS, seq, stb, per_record, parallelism, inp.max_ts)
         judged = F.greatest(STREAM_BEFORE, before) if per_record else before
         return records.withColumn(STREAM_BEFORE, judged.cast("long"))
 
