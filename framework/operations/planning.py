@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -56,6 +57,9 @@ class Kept:
     reads it, but the frame returned is a leaf, so each later read plans only what it adds. A
     cached frame keeps its whole plan, and Spark analyzes and optimizes that plan again for every
     query over it (bench/README.md#figures-behind-the-codes-choices). Callers use the frame returned.
+    On local disk, not in memory: the blocks of the frames a month's chunk keeps, held in memory,
+    left the jobs that read them none for their aggregations, which failed ("Unable to acquire
+    memory") in a 1 GB driver; read back from disk (the OS's cache) they cost no more time.
 
     The frames kept from are held too, until the batch ends. Spark registers a plan's metrics
     weakly; a kept frame's lineage is what holds them, and the first job that reads the frame
@@ -71,7 +75,7 @@ class Kept:
         """``df`` kept; computed ``now``, or by the first job that reads it."""
         if any(df is k for k in self.frames):  # kept already (a plan's frame its commit reads too)
             return df
-        kept = df.localCheckpoint(eager=now)
+        kept = df.localCheckpoint(eager=now, storageLevel=StorageLevel.DISK_ONLY)
         self.frames.append(kept)
         self.sources.append(df)
         return kept

@@ -50,7 +50,14 @@ def plan(b: Batch, w: SessionWindows) -> Effect:
     assigned = folded.filter(F.col("_at").isNull()).drop("_at", "_step")
 
     recs = b.records.withColumn("_id", F.col(ARRIVAL_POS))
-    rec_assign = recs.join(assigned.filter(f"_member = {fold.RECORD}").drop("_member"), [*keys, "_id"])
+    # each record with the session it landed in (none: late), joined once: the partials, the
+    # counters, the late records and a chunk's members all read it (a join each was a chunk's
+    # costliest work: a sort of every record, three times), on the record's position alone,
+    # which is unique (sorting by key first compared most pairs of rows column by column)
+    assignments = assigned.filter(f"_member = {fold.RECORD}").select("_id", "_start", "_end")
+    landed = b.keep(recs.join(assignments, "_id", "left"))
+    late = F.col("_start").isNull()
+    rec_assign = landed.filter(~late)
     rec_partials = rec_assign.groupBy(*keys, "_start", "_end").agg(*partials(p), F.max(TS).alias(MAX_TS))
     old_assign = (
         old.withColumn("_id", F.col("window_start"))
@@ -73,9 +80,6 @@ def plan(b: Batch, w: SessionWindows) -> Effect:
         .unionByName(gone.withColumn(GONE, F.lit(True)))
         .unionByName(closing.withColumn(GONE, F.lit(False)))
     )
-    landed = assigned.filter(f"_member = {fold.RECORD}").select(*keys, "_id", F.lit(True).alias("_landed"))
-    counted = recs.join(landed, [*keys, "_id"], "left")
-    late = F.col("_landed").isNull()
     kept_as_is = stored.join(changes.select(*ident), ident, "left_anti").filter(F.col(CLOSE) > b.time_after)
     still_open = kept_as_is.select(*ident).unionByName(
         changes.filter(~F.col(GONE) & (F.col(CLOSE) > b.time_after)).select(*ident)
@@ -84,9 +88,9 @@ def plan(b: Batch, w: SessionWindows) -> Effect:
         state_changes=changes,
         state_rewrite=None,
         results=_results(b, changes, merged),
-        late=late_rows(b, counted.filter(late)),
+        late=late_rows(b, landed.filter(late)),
         closed=changes.filter(~F.col(GONE) & (F.col(CLOSE) <= b.time_after)),
-        counted=counted,
+        counted=landed,
         counters=counters(F.when(late, 1).otherwise(0), late),
         open_windows=still_open,
         # what the open sessions' count changes by, from the touched keys' sessions alone
@@ -94,17 +98,19 @@ def plan(b: Batch, w: SessionWindows) -> Effect:
         opened=merged.select(*ident).join(old.select(*ident), ident, "left_anti"),
         replaced=gone.select(*ident),
         updates=_updates(b, folded, recs, old) if forwards else None,
-        members=_members(assigned, recs, old, closing, keys) if INTERVAL in recs.columns else None,
+        members=_members(assigned, rec_assign, old, closing, keys) if INTERVAL in recs.columns else None,
     )
 
 
-def _members(assigned: DataFrame, recs: DataFrame, old: DataFrame, closing: DataFrame, keys: list[str]) -> DataFrame:
+def _members(
+    assigned: DataFrame, rec_assign: DataFrame, old: DataFrame, closing: DataFrame, keys: list[str]
+) -> DataFrame:
     """Each session a chunk touched or closed, and the span and ``INTERVAL`` of each member it
-    holds: its records (their event time) and the stored sessions it took in (their bounds,
-    interval -1); a stored session the chunk closed untouched is its own member."""
+    holds: its records (``rec_assign``, their event time) and the stored sessions it took in
+    (their bounds, interval -1); a stored session the chunk closed untouched is its own member."""
     bounds = [F.col("_start").alias("window_start"), F.col("_end").alias("window_end")]
     stored = [F.col("window_start").alias("_a"), F.col("window_end").alias("_b"), F.lit(-1).alias(INTERVAL)]
-    records = recs.join(assigned.filter(f"_member = {fold.RECORD}"), [*keys, "_id"]).select(
+    records = rec_assign.select(
         *keys, *bounds, F.col(TS).alias("_a"), F.col(TS).alias("_b"), F.col(INTERVAL).cast("int").alias(INTERVAL)
     )
     held = (
