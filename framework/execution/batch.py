@@ -145,10 +145,9 @@ class Effect:
     opened: DataFrame | None = None  # the windows (or keys) the batch added to state (all but sliding windows)
     replaced: DataFrame | None = None  # sessions: the stored windows a merge or an extension took out of state
     updates: DataFrame | None = None  # when ``wants_updates``: each update (the shape below)
-    # sessions in a chunk of a range: each session after the batch, with the span of each member it
-    # holds (a record: its event time; a stored session: its bounds) and the member's ``INTERVAL``
-    # (-1: stored before the chunk), from which ``session.open_per_interval`` counts open sessions
-    members: DataFrame | None = None
+    # sessions in a chunk of a range: each record with its ``INTERVAL`` and the sessions it opened
+    # (``_opens``: 1 less the open sessions it joined; null when late), which a chunk sums by interval
+    opens: DataFrame | None = None
     # time windows in a chunk of a range: the windows each interval updated (identity, ``INTERVAL``)
     touched: DataFrame | None = None
 

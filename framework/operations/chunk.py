@@ -30,7 +30,6 @@ from ..definition.windows import SessionWindows, SlidingWindows, TimeWindows
 from ..errors import ConcurrentBatchError, FrameworkError, InputError, QualityGateError
 from ..execution import plans
 from ..execution.batch import Batch, Effect, strict
-from ..execution.plans.session import open_per_interval
 from ..execution.sources import BatchInput, CheckedInput, check_input, fingerprint, record_checks, rejected_records
 from ..execution.streamtime import (
     NO_TIME,
@@ -89,8 +88,8 @@ def chunk_refusal(p: Pipeline) -> str | None:
 
     A chunk attributes each closed window to the interval whose stream time closed it and
     counts each interval's open windows: that is exact for time, sliding and session windows
-    with final results (sliding windows from the record that created each, sessions from the
-    members of each, ``session.open_per_interval``), and for a MERGEd sink of time windows (each
+    with final results (sliding windows from the record that created each, sessions from what
+    each record opened and merged), and for a MERGEd sink of time windows (each
     window's last value, by the last interval that updated it). The MERGEd sinks of sliding and
     session windows (updates record by record, tombstones interval by interval), a rate-limited
     buffer (it emits at times its own order decides) and a strict bounded buffer (measured after
@@ -298,7 +297,7 @@ class ChunkAttempt(BatchAttempt):
             effect = dataclasses.replace(effect, results=results, closed=effect.closed.withColumn(INTERVAL, closing))
         ids = [iv.batch_id for iv in self.intervals]
         rows_out = sinks.shape(p, results, pick(F.col(INTERVAL), ids), pick(F.col(INTERVAL), afters))
-        per_interval = self._counted(effect, rows_out, each, times, closing)
+        per_interval = self._counted(effect, rows_out, each, times)
         planned = Plan(
             effect=effect,
             input=inp,
@@ -318,22 +317,19 @@ class ChunkAttempt(BatchAttempt):
         rows_out: DataFrame,
         each: list[BatchInput],
         times: list[tuple[int | None, int | None]],
-        closing: Column,
     ) -> list[Counted]:
         """What each interval did, by number, from the chunk's effect (its results attributed to
         the intervals that closed them) and sink rows: in one query. The windows open after each
-        interval: time windows from those each interval opened and closed; sessions, which merge,
-        from the members of each session (``session.open_per_interval``), ``closing`` giving the
-        interval that closes a window."""
-        n, frames = len(self.intervals), {}
-        if effect.members is not None:
-            w = self.p.windows
-            assert isinstance(w, SessionWindows)  # only sessions have members
-            changes = open_per_interval(effect.members, list(self.p.keys), w, closing, n)
-            frames["sessions"] = _per_interval(changes, {"n": F.sum("n")})
+        interval: those open before the chunk, plus those each interval opened, less those it
+        closed. Sessions merge: a record opens one less than the open sessions it joins (the
+        fold's ``_opens``); none of those was closed, as a record that would join a closed session
+        is late."""
+        n = len(self.intervals)
+        if effect.opens is not None:  # sessions merge: each record's sessions opened, merging ones negative
+            opened = _per_interval(effect.opens, {"n": F.sum("_opens")})
         else:
             assert effect.opened is not None  # time windows count the windows they open
-            frames["opened"] = _per_interval(effect.opened, {"n": F.count(F.lit(1))})
+            opened = _per_interval(effect.opened, {"n": F.count(F.lit(1))})
         # a MERGEd sink's batch publishes every window it updated; final results each once, when closed
         published = effect.touched if effect.touched is not None else rows_out
         tally = tallied(
@@ -342,16 +338,13 @@ class ChunkAttempt(BatchAttempt):
                 "emitted": _per_interval(published, {"n": F.count(F.lit(1))}),
                 "counters": _per_interval(effect.counted, effect.counters),
                 "open": effect.open_windows.agg(F.count(F.lit(1)).alias("n")),
-                **frames,
+                "opened": opened,
             }
         )
         closed, emitted = (_by_interval(tally[name], n, "n", 0) for name in ("closed", "emitted"))
         by_name = {name: _by_interval(tally["counters"], n, name, None) for name in effect.counters}
         counters = [{name: values[k] for name, values in by_name.items()} for k in range(n)]
-        if "sessions" in tally:  # how many more (or fewer) sessions were open after each interval
-            change = _by_interval(tally["sessions"], n, "n", 0)
-        else:
-            change = [o - c for o, c in zip(_by_interval(tally["opened"], n, "n", 0), closed)]
+        change = [o - c for o, c in zip(_by_interval(tally["opened"], n, "n", 0), closed)]
         open_before = self.last.windows_open if self.last and self.last.windows_open is not None else None
         if open_before is None:  # no count recorded (no batch yet, or an old ledger): from the count after
             open_before = tally["open"]["n"] - sum(change)

@@ -7,8 +7,6 @@ ones it replaced are deleted from state (``GONE``)."""
 
 from __future__ import annotations
 
-import bisect
-import itertools
 from functools import partial
 
 from pyspark.sql import Column, DataFrame
@@ -51,10 +49,10 @@ def plan(b: Batch, w: SessionWindows) -> Effect:
 
     recs = b.records.withColumn("_id", F.col(ARRIVAL_POS))
     # each record with the session it landed in (none: late), joined once: the partials, the
-    # counters, the late records and a chunk's members all read it (a join each was a chunk's
+    # counters, the late records and a chunk's count of open sessions read it (a join each was a chunk's
     # costliest work: a sort of every record, three times), on the record's position alone,
     # which is unique (sorting by key first compared most pairs of rows column by column)
-    assignments = assigned.filter(f"_member = {fold.RECORD}").select("_id", "_start", "_end")
+    assignments = assigned.filter(f"_member = {fold.RECORD}").select("_id", "_start", "_end", "_opens")
     landed = b.keep(recs.join(assignments, "_id", "left"))
     late = F.col("_start").isNull()
     rec_assign = landed.filter(~late)
@@ -98,115 +96,8 @@ def plan(b: Batch, w: SessionWindows) -> Effect:
         opened=merged.select(*ident).join(old.select(*ident), ident, "left_anti"),
         replaced=gone.select(*ident),
         updates=_updates(b, folded, recs, old) if forwards else None,
-        members=_members(assigned, rec_assign, old, closing, keys) if INTERVAL in recs.columns else None,
+        opens=landed if INTERVAL in recs.columns else None,
     )
-
-
-def _members(
-    assigned: DataFrame, rec_assign: DataFrame, old: DataFrame, closing: DataFrame, keys: list[str]
-) -> DataFrame:
-    """Each session a chunk touched or closed, and the span and ``INTERVAL`` of each member it
-    holds: its records (``rec_assign``, their event time) and the stored sessions it took in
-    (their bounds, interval -1); a stored session the chunk closed untouched is its own member."""
-    bounds = [F.col("_start").alias("window_start"), F.col("_end").alias("window_end")]
-    stored = [F.col("window_start").alias("_a"), F.col("window_end").alias("_b"), F.lit(-1).alias(INTERVAL)]
-    records = rec_assign.select(
-        *keys, *bounds, F.col(TS).alias("_a"), F.col(TS).alias("_b"), F.col(INTERVAL).cast("int").alias(INTERVAL)
-    )
-    held = (
-        old.withColumn("_id", F.col("window_start"))
-        .join(assigned.filter(f"_member = {fold.HELD}"), [*keys, "_id"])
-        .select(*keys, *bounds, *stored)
-    )
-    alone = closing.select(*keys, "window_start", "window_end", *stored)
-    return records.unionByName(held).unionByName(alone)
-
-
-def open_per_interval(members: DataFrame, keys: list[str], w: SessionWindows, closing: Column, n: int) -> DataFrame:
-    """How the number of open sessions changed in each interval ``0..n-1`` of a chunk, from the
-    sessions of ``members`` (``Effect.members``): rows (``INTERVAL``, ``n``), summed over the
-    sessions. ``closing`` is the interval whose stream time closes a session (``n``: none in the
-    chunk). Before the chunk, each member of interval -1 was an open session of its own.
-
-    A session of the chunk grew from its members: after interval k, those that had arrived by
-    then form as many sessions as their spans, sorted, leave gaps wider than the inactivity gap
-    (the fold joins a record to every open session within the gap). None of those is closed
-    before the whole session is: a record that joins a closed session is late (its merged end is
-    under the close time), so it is not a member. The stored sessions the chunk neither touched
-    nor closed are open throughout, before the chunk and after each interval.
-
-    The members are sorted by session and interval within partitions and each partition's
-    sessions counted in one Python call (``_session_changes`` a session): a call per session
-    (``applyInPandas``) cost 2 ms each, 133 s of a two-day chunk's 180 s of work."""
-    gap, session = w.gap_ms, [*keys, "window_start", "window_end"]
-    names = [*session, INTERVAL, "_a", "_b", "_closing"]
-    width = len(session)
-
-    def changes(batches):
-        import pandas as pd
-
-        totals: dict[int, int] = {}
-        current: tuple | None = None
-        held: list[tuple] = []
-        for pdf in batches:
-            for row in zip(*(pdf[c].tolist() for c in names)):
-                if row[:width] != current:
-                    _session_changes(held, gap, n, totals)
-                    current, held = row[:width], []
-                held.append(row[width:])
-        _session_changes(held, gap, n, totals)
-        yield pd.DataFrame({INTERVAL: list(totals), "n": list(totals.values())}, dtype="int64").astype(
-            {INTERVAL: "int32"}
-        )
-
-    ordered = members.withColumn("_closing", closing).select(*names).repartition(*session)
-    counted = ordered.sortWithinPartitions(*session, INTERVAL).mapInPandas(changes, f"{INTERVAL} int, n long")
-    return counted.groupBy(INTERVAL).agg(F.sum("n").alias("n"))
-
-
-def _session_changes(members: list[tuple], gap: int, n: int, totals: dict[int, int]) -> None:
-    """Add to ``totals`` (interval: change) how one session's ``members`` (interval, span start,
-    span end, closing interval), sorted by interval, changed the open sessions interval by
-    interval until the session closed (``open_per_interval``)."""
-    if not members:
-        return
-    end, spans = int(members[0][3]), _Spans(gap)
-    arrived = [m for m in members if m[0] >= 0]
-    for _, a, b, _ in members[: len(members) - len(arrived)]:  # the stored ones: open before the chunk
-        spans.add(int(a), int(b))
-    before = spans.count
-    for k, group in itertools.groupby(arrived, key=lambda m: int(m[0])):
-        if k >= end:  # a record after its session closed is late, not a member
-            break
-        for _, a, b, _ in group:
-            spans.add(int(a), int(b))
-        totals[k] = totals.get(k, 0) + spans.count - before
-        before = spans.count
-    if end < n:
-        totals[end] = totals.get(end, 0) - before
-
-
-class _Spans:
-    """Disjoint spans more than ``gap`` apart, sorted, as the fold would have joined the spans
-    added so far: ``add`` joins a span to every span within ``gap`` of it."""
-
-    def __init__(self, gap: int):
-        self.gap = gap
-        self.starts: list[int] = []
-        self.ends: list[int] = []
-
-    @property
-    def count(self) -> int:
-        return len(self.starts)
-
-    def add(self, a: int, b: int) -> None:
-        hi = bisect.bisect_right(self.starts, b + self.gap)  # spans starting near enough before b
-        lo = hi
-        while lo > 0 and self.ends[lo - 1] >= a - self.gap:  # ... and ending near enough after a
-            lo -= 1
-        if lo < hi:
-            a, b = min(a, self.starts[lo]), max(b, max(self.ends[lo:hi]))
-        self.starts[lo:hi], self.ends[lo:hi] = [a], [b]
 
 
 def _results(b: Batch, changes: DataFrame, touched: DataFrame) -> DataFrame:
