@@ -37,10 +37,6 @@ DEFAULT_CONF = {
     # Spark keeps 100 compiled query classes; one batch needs more (its own plans and Delta's),
     # so each batch recompiled most of them again.
     "spark.sql.codegen.cache.maxEntries": "2000",
-    # The frames a batch keeps (``operations.planning.Kept``) are written to local disk and read
-    # back by each query over them: the stage of a month's session chunk that reads its records
-    # back took 44 s of executor time with Java serialization (the default), 30 s with Kryo.
-    "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
 }
 # What of DEFAULT_CONF a Spark Connect session sends: the settings a session may change, except
 # the shuffle partitions, which the server's cores size (docs/operations.md#spark-connect), and
