@@ -74,13 +74,14 @@ def test_each_suppression_gives_one_kind_of_results_table():
     assert "--> Sink out (append, final results)" in closes.describe()
 
 
-def test_a_chunk_counts_the_sessions_its_members_form_as_the_fold_joins_them():
-    """After each interval of a chunk, the members that arrived form as many sessions as their
-    sorted spans leave gaps wider than the inactivity gap, whatever order they arrived in:
-    ``_Spans`` joins each new span to every span within the gap, as the fold does."""
+def test_the_session_fold_says_how_many_sessions_each_record_opened():
+    """A chunk counts the sessions open after each interval from what each record opened (one
+    less than the open sessions it joined): the fold's sessions, open and closed, are always the
+    held ones plus what its records opened, and while nothing closes they are as many as the
+    sorted spans of the held sessions and records leave gaps wider than the inactivity gap."""
     import random
 
-    from framework.execution.plans.session import _Spans
+    from framework.execution.fold import Sessions
 
     def sessions(spans, gap):
         count, reach = 0, None
@@ -91,11 +92,20 @@ def test_a_chunk_counts_the_sessions_its_members_form_as_the_fold_joins_them():
 
     rng = random.Random(7)
     for _ in range(500):
-        gap, added = rng.randint(0, 5), []
-        spans = _Spans(gap)
-        for _ in range(rng.randint(1, 12)):
-            a = rng.randint(0, 40)
-            b = a + rng.choice([0, 0, rng.randint(0, 6)])
-            spans.add(a, b)
-            added.append((a, b))
-            assert spans.count == sessions(added, gap), (gap, added)
+        gap, grace, closing = rng.randint(0, 5), rng.randint(0, 5), rng.random() < 0.5
+        fold, spans, start, judged = Sessions(SessionWindows.of_inactivity_gap_and_grace(gap, grace)), [], 0, None
+        for _ in range(rng.randint(0, 3)):  # stored sessions, more than the gap apart
+            start += gap + 1 + rng.randint(0, 5)
+            spans.append((start, start + rng.randint(0, 4)))
+            fold.held(start, *spans[-1])
+            start = spans[-1][1]
+        held = len(spans)
+        for pos in range(rng.randint(1, 12)):
+            ts = rng.randint(0, 40)
+            if closing:
+                judged = max(judged or 0, ts - rng.randint(0, 8))
+            fold.record(pos, ts, judged)
+            spans.append((ts, ts))
+            assert len(fold.active) + len(fold.done) == held + sum(fold.opens.values()), (gap, grace, spans)
+            if not closing:
+                assert len(fold.active) == sessions(spans, gap), (gap, spans)
