@@ -99,8 +99,9 @@ def _check_columns(p: Pipeline, batch_id: str, df: DataFrame) -> None:
         if isinstance(key_type, T.StringType) and key_type.collation != DEFAULT_COLLATION:
             raise InputError(  # SQL would group 'A' and 'a' as one key, the sessions' fold in Python as two
                 f"{_where(p, batch_id)}: group key {k!r} has collation {key_type.collation}; keys compare byte "
-                f"for byte ({DEFAULT_COLLATION}). Normalize the key upstream (lower(), or "
-                f"collate({k}, '{DEFAULT_COLLATION}') for case-sensitive keys). Nothing was committed."
+                f"for byte ({DEFAULT_COLLATION}). Normalize the key upstream: collate(lower({k}), "
+                f"'{DEFAULT_COLLATION}') for case-insensitive keys (lower() keeps the collation), "
+                f"collate({k}, '{DEFAULT_COLLATION}') for case-sensitive ones. Nothing was committed."
             )
 
 
