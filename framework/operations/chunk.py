@@ -322,8 +322,8 @@ class ChunkAttempt(BatchAttempt):
         the intervals that closed them) and sink rows: in one query. The windows open after each
         interval: those open before the chunk, plus those each interval opened, less those it
         closed. Sessions merge: a record opens one less than the open sessions it joins (the
-        fold's ``_opens``); none of those was closed, as a record that would join a closed session
-        is late."""
+        fold's ``_opens``), and the fold joins a record to open sessions only, so no session is
+        counted closed and then merged away."""
         n = len(self.intervals)
         if effect.opens is not None:  # sessions merge: each record's sessions opened, merging ones negative
             opened = _per_interval(effect.opens, {"n": F.sum("_opens")})
